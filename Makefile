@@ -1,0 +1,56 @@
+# nslab: `sudo make lab` runs the default scenario, `sudo make test` the whole suite.
+# `setup` is idempotent: it installs only what is missing and re-installs the venv only
+# when pyproject.toml changed.
+
+PYTHON  ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.nslab-installed
+# command -> Debian package that provides it
+DEB_CMDS := mnexec:mininet ip:iproute2 tc:iproute2 nft:nftables iperf3:iperf3 \
+            tcpdump:tcpdump ifconfig:net-tools ping:iputils-ping ps:procps
+SCENARIO ?= quickstart
+
+.PHONY: setup system-packages lab test unit integration tui bench clean
+
+setup: system-packages $(STAMP)
+
+system-packages:
+	@missing=""; for pair in $(DEB_CMDS); do \
+	  cmd=$${pair%%:*}; pkg=$${pair##*:}; \
+	  command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	done; \
+	$(PYTHON) -c 'import ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
+	if [ -n "$$missing" ]; then \
+	  echo "setup: installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "setup: system packages present"; fi
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,tui]'
+	@touch $(STAMP)
+
+lab: setup
+	$(BIN)/nslab run $(SCENARIO)
+
+test: setup
+	$(BIN)/python -m pytest -q -ra tests
+
+unit: setup
+	$(BIN)/python -m pytest -q -ra tests/unit
+
+integration: setup
+	$(BIN)/python -m pytest -q -ra tests/integration
+
+tui: setup
+	$(BIN)/nslab tui $(SCENARIO)
+
+bench: setup
+	$(BIN)/python benchmarks/bringup.py
+	$(BIN)/python benchmarks/link_accuracy.py
+
+clean:
+	rm -rf $(VENV) *.egg-info build

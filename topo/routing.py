@@ -1,0 +1,65 @@
+"""Static ECMP routes for a routed fabric, computed from the topology graph.
+
+Every router that originates ``subnets`` (a leaf) is a destination; every other router gets a
+route to each of those subnets whose next hops are all neighbours on a shortest path (hop
+count), i.e. equal-cost multipath as a BGP/OSPF fabric would converge to.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from mininet.topo import Topo
+
+ROUTER_ROLES = ("leaf", "spine", "superspine")
+
+
+def routers(topo: Topo) -> list[str]:
+    """Names of the nodes whose ``role`` is a router role."""
+    return [n for n in topo.nodes() if topo.nodeInfo(n).get("role") in ROUTER_ROLES]
+
+
+def ecmp_routes(topo: Topo) -> dict[str, list[tuple[str, list[str]]]]:
+    """Routes per router: ``{router: [(prefix, [next-hop IPv4, ...]), ...]}``.
+
+    Next hops are the neighbour's address on the connecting /31 (``params`` ``ip`` of the link
+    end), sorted. Subnets a router originates itself are connected routes and not listed.
+
+    Raises:
+        ValueError: a router-to-router link end has no ``ip``.
+    """
+    rset = set(routers(topo))
+    adj: dict[str, dict[str, str]] = {r: {} for r in rset}  # r -> {neighbour: neighbour's ip}
+    for a, b, info in topo.links(withInfo=True):
+        if a in rset and b in rset:
+            ip_a = info.get("params1", {}).get("ip")
+            ip_b = info.get("params2", {}).get("ip")
+            if not ip_a or not ip_b:
+                raise ValueError(f"router link {a}-{b} lacks addresses")
+            if info["node1"] != a:
+                ip_a, ip_b = ip_b, ip_a
+            adj[a][b] = ip_b.split("/")[0]
+            adj[b][a] = ip_a.split("/")[0]
+    routes: dict[str, list[tuple[str, list[str]]]] = {r: [] for r in sorted(rset)}
+    for dst in sorted(rset):
+        subnets = topo.nodeInfo(dst).get("subnets") or []
+        if not subnets:
+            continue
+        dist = _bfs(adj, dst)
+        for r in sorted(rset):
+            if r == dst or r not in dist:
+                continue
+            hops = sorted(ip for nb, ip in adj[r].items() if dist.get(nb) == dist[r] - 1)
+            routes[r] += [(prefix, hops) for prefix in subnets]
+    return routes
+
+
+def _bfs(adj: dict[str, dict[str, str]], src: str) -> dict[str, int]:
+    dist = {src: 0}
+    queue = deque([src])
+    while queue:
+        n = queue.popleft()
+        for nb in adj[n]:
+            if nb not in dist:
+                dist[nb] = dist[n] + 1
+                queue.append(nb)
+    return dist
