@@ -1,0 +1,233 @@
+"""Physical hosts as cgroups: a CPU budget per host, one child cgroup per VM.
+
+Layout: ``<root>/nslab-<lab>/<phys>/<vm>`` where ``<root>`` is each v1 controller's mount
+(cpu, cpuacct, cpuset, freezer) or the cgroup2 mount. Only these directories are created,
+written or removed; processes elsewhere are never moved. See the kernel's cgroup-v1/cpu,
+cgroup-v1/cpusets, cgroup-v1/freezer-subsystem and cgroup-v2 documents.
+
+Budgets: ``cpu_cores`` (float, e.g. 1.5) becomes CFS quota/period (v1 ``cpu.cfs_quota_us``,
+v2 ``cpu.max``); ``cpuset`` ("0-1") pins the host's VMs to cores.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import time
+
+from lab.capabilities import cgroup_mode
+from lab.errors import CapabilityError, LabError
+from lab.names import lab_prefix
+
+PERIOD_US = 100_000
+V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "freezer")
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read().strip()
+
+
+class Cgroups:
+    """The cgroups of one lab (v1 or v2, detected).
+
+    Raises:
+        CapabilityError: no usable cpu controller.
+    """
+
+    def __init__(self, lab: str, mode: str | None = None, root: str = "/sys/fs/cgroup"):
+        detected, ctls = cgroup_mode()
+        self.mode = mode or detected
+        if self.mode is None:
+            raise CapabilityError("no cgroup cpu controller is mounted: physical-host CPU "
+                                  "budgets need cgroup v1 'cpu' or cgroup v2 with 'cpu'")
+        self.top = lab_prefix(lab)
+        if self.mode == "v1":
+            self.roots = [os.path.join(root, c) for c in V1_CONTROLLERS
+                          if c in ctls and os.path.isdir(os.path.join(root, c))]
+        else:
+            self.roots = [_v2_root()]
+
+    # -- paths ---------------------------------------------------------------------------
+    def _paths(self, *parts: str) -> list[str]:
+        return [os.path.join(r, self.top, *parts) for r in self.roots]
+
+    def _ctl(self, controller: str, *parts: str) -> str | None:
+        """Path in the hierarchy of ``controller`` (v1) or the unified one (v2)."""
+        for r in self.roots:
+            if self.mode == "v2" or os.path.basename(r) == controller:
+                return os.path.join(r, self.top, *parts)
+        return None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def create_host(self, phys: str, cpu_cores: float | None = None,
+                    cpuset: str | None = None) -> None:
+        """Create the lab's and ``phys``'s cgroups with their CPU budget."""
+        for p in self._paths():
+            self._mkdir(p)
+        for p in self._paths(phys):
+            self._mkdir(p)
+        if cpu_cores is not None:
+            quota = int(cpu_cores * PERIOD_US)
+            if self.mode == "v1":
+                _write(os.path.join(self._ctl("cpu", phys), "cpu.cfs_period_us"), str(PERIOD_US))
+                _write(os.path.join(self._ctl("cpu", phys), "cpu.cfs_quota_us"), str(quota))
+            else:
+                _write(os.path.join(self._ctl("cpu", phys), "cpu.max"), f"{quota} {PERIOD_US}")
+        if cpuset is not None:
+            path = self._ctl("cpuset", phys)
+            if path is None:
+                raise CapabilityError(f"cpuset {cpuset!r} for {phys}: no cpuset controller")
+            _write(os.path.join(path, "cpuset.cpus"), cpuset)
+
+    def create_vm(self, phys: str, vm: str) -> None:
+        """Create ``vm``'s cgroup under ``phys`` (which must exist)."""
+        for p in self._paths(phys, vm):
+            self._mkdir(p)
+
+    def _mkdir(self, path: str) -> None:
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            return
+        if self.mode == "v1" and "/cpuset/" in path:  # v1 cpusets start empty
+            parent = os.path.dirname(path)
+            for f in ("cpuset.cpus", "cpuset.mems"):
+                _write(os.path.join(path, f), _read(os.path.join(parent, f)))
+        if self.mode == "v2":
+            self._enable_v2(path)
+
+    def _enable_v2(self, path: str) -> None:
+        """Delegate cpu (and cpuset) from a new lab cgroup to its children; the lab's top needs
+        them already enabled by its parent (systemd does so; nslab never writes outside).
+
+        Raises:
+            CapabilityError: the cpu controller is not delegated to the lab's top cgroup.
+        """
+        have = _read(os.path.join(path, "cgroup.controllers")).split()
+        if "cpu" not in have:
+            raise CapabilityError(f"cgroup v2: 'cpu' is not enabled for {path}; enable it in "
+                                  "the parent's cgroup.subtree_control")
+        if os.path.basename(os.path.dirname(path)) == self.top or os.path.basename(path) == self.top:
+            want = " ".join(f"+{c}" for c in ("cpu", "cpuset") if c in have)
+            _write(os.path.join(path, "cgroup.subtree_control"), want)
+
+    def join_paths(self, phys: str, vm: str) -> list[str]:
+        """The ``cgroup.procs`` files a process writes itself into to join ``vm``."""
+        return [os.path.join(p, "cgroup.procs") for p in self._paths(phys, vm)]
+
+    def attach(self, phys: str, vm: str, pid: int) -> None:
+        """Move process ``pid`` into ``vm``'s cgroups."""
+        for f in self.join_paths(phys, vm):
+            _write(f, str(pid))
+
+    def pids(self, phys: str, vm: str) -> list[int]:
+        """PIDs in ``vm``'s cgroup."""
+        return [int(x) for x in _read(self.join_paths(phys, vm)[0]).split()]
+
+    def cpu_usage_ns(self, phys: str, vm: str | None = None) -> int:
+        """CPU time consumed by ``vm`` (or the whole host ``phys``), ns."""
+        parts = (phys, vm) if vm else (phys,)
+        if self.mode == "v1":
+            path = self._ctl("cpuacct", *parts) or self._ctl("cpu", *parts)
+            return int(_read(os.path.join(path, "cpuacct.usage")))
+        stat = dict(line.split() for line in
+                    _read(os.path.join(self._ctl("cpu", *parts), "cpu.stat")).splitlines())
+        return int(stat["usage_usec"]) * 1000
+
+    def freeze(self, phys: str, vm: str, frozen: bool) -> None:
+        """Pause (``frozen=True``) or resume every process of ``vm``.
+
+        Raises:
+            CapabilityError: no freezer (v1 without the freezer controller).
+        """
+        if self.mode == "v2":
+            _write(os.path.join(self._ctl("cpu", phys, vm), "cgroup.freeze"), "1" if frozen else "0")
+            return
+        path = self._ctl("freezer", phys, vm)
+        if path is None:
+            raise CapabilityError("VM pause needs the cgroup v1 freezer controller")
+        _write(os.path.join(path, "freezer.state"), "FROZEN" if frozen else "THAWED")
+
+    def move_vm(self, vm: str, old_phys: str, new_phys: str) -> None:
+        """Live migration: move all of ``vm``'s processes under ``new_phys`` (which exists)."""
+        self.create_vm(new_phys, vm)
+        for pid in self.pids(old_phys, vm):
+            try:
+                self.attach(new_phys, vm, pid)
+            except ProcessLookupError:
+                continue
+        for p in reversed(self._paths(old_phys, vm)):
+            os.rmdir(p)
+
+    def kill_all(self, timeout_s: float = 2.0) -> None:
+        """SIGKILL every process in the lab's cgroups (all of them were started by the lab)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pids = self._all_pids()
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if time.monotonic() > deadline:
+                raise LabError(f"processes {sorted(pids)} survive in the lab's cgroups")
+            time.sleep(0.02)
+
+    def _all_pids(self) -> set[int]:
+        pids: set[int] = set()
+        for root in self._paths():
+            for d, _, files in os.walk(root):
+                if "cgroup.procs" in files:
+                    pids.update(int(x) for x in _read(os.path.join(d, "cgroup.procs")).split())
+        return pids
+
+    def destroy(self) -> None:
+        """Thaw, kill and remove every cgroup of the lab (deepest first)."""
+        for root in self._paths():
+            if not os.path.isdir(root):
+                continue
+            for d, _, files in os.walk(root):
+                if self.mode == "v1" and "freezer.state" in files:
+                    _write(os.path.join(d, "freezer.state"), "THAWED")
+                elif self.mode == "v2" and "cgroup.freeze" in files:
+                    _write(os.path.join(d, "cgroup.freeze"), "0")
+        self.kill_all()
+        for root in self._paths():
+            if not os.path.isdir(root):
+                continue
+            for d, _, _ in sorted(os.walk(root), key=lambda w: -w[0].count("/")):
+                _rmdir(d)
+
+    def exists(self) -> list[str]:
+        """The lab's top cgroup directories that still exist."""
+        return [p for p in self._paths() if os.path.isdir(p)]
+
+
+def _rmdir(path: str) -> None:
+    for _ in range(50):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            if e.errno != errno.EBUSY:
+                raise
+            time.sleep(0.02)
+    raise LabError(f"cgroup {path} stays busy")
+
+
+def _v2_root() -> str:
+    for line in open("/proc/mounts"):
+        f = line.split()
+        if f[2] == "cgroup2":
+            return f[1]
+    raise CapabilityError("no cgroup2 mount")

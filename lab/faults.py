@@ -1,0 +1,190 @@
+"""Faults injected at run time; each is stamped into the lab's ground-truth timeline.
+
+Links are named by their two end nodes (``"leaf1", "spine1"``); changes apply to both
+directions. Rates are Mbit/s, loss percent, queue limits packets, clock steps ms.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from lab import tc
+from lab.errors import LabError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lab.lab import Lab
+
+HOG = ["sh", "-c", "while :; do :; done"]
+KINDS = ("link_down", "link_up", "flap", "loss", "rate", "queue", "cpu_hog", "pause", "resume",
+         "clock_step", "migrate")
+
+
+class Faults:
+    """Fault injection on a running ``Lab`` (``lab.faults``)."""
+
+    def __init__(self, lab: "Lab"):
+        self.lab = lab
+        self.hogs: dict[str, object] = {}
+        self.paused: set[str] = set()
+        self._timers: list[threading.Timer] = []
+
+    # -- lookups ---------------------------------------------------------------------------
+    def ends(self, a: str, b: str):
+        """The two interfaces of the link between nodes ``a`` and ``b``.
+
+        Raises:
+            LabError: no such node or link.
+        """
+        net = self.lab.net
+        for n in (a, b):
+            if n not in net.nameToNode:
+                raise LabError(f"no node {n!r} in lab {self.lab.name}")
+        links = net.linksBetween(net[a], net[b])
+        if not links:
+            raise LabError(f"no link between {a} and {b}")
+        return links[0].intf1, links[0].intf2
+
+    def _vm(self, name: str):
+        node = self.lab.net.nameToNode.get(name)
+        if node is None or node not in self.lab.net.hosts:
+            raise LabError(f"no VM {name!r} in lab {self.lab.name}")
+        return node
+
+    # -- links -----------------------------------------------------------------------------
+    def _set_state(self, a: str, b: str, state: str) -> None:
+        for intf in self.ends(a, b):
+            intf.node.ipr.link("set", index=intf.index, state=state)
+
+    def link_down(self, a: str, b: str) -> dict:
+        self._set_state(a, b, "down")
+        return self.lab.stamp("link_down", f"{a}-{b}")
+
+    def link_up(self, a: str, b: str) -> dict:
+        self._set_state(a, b, "up")
+        return self.lab.stamp("link_up", f"{a}-{b}")
+
+    def flap(self, a: str, b: str, down_s: float = 1.0, up_s: float = 1.0, count: int = 3) -> dict:
+        """Take the link down for ``down_s`` then up for ``up_s``, ``count`` times, in the
+        background (each transition is stamped)."""
+        self.ends(a, b)
+        ev = self.lab.stamp("flap", f"{a}-{b}", down_s=down_s, up_s=up_s, count=count)
+        for i in range(count):
+            t_down = i * (down_s + up_s)
+            self._later(t_down, self.link_down, a, b)
+            self._later(t_down + down_s, self.link_up, a, b)
+        return ev
+
+    def _later(self, delay_s: float, fn, *args) -> None:
+        timer = threading.Timer(delay_s, fn, args)
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+
+    def _reshape(self, a: str, b: str, **change):
+        for intf in self.ends(a, b):
+            intf.shaping = replace(intf.shaping, **change)
+            yield intf
+
+    def loss(self, a: str, b: str, percent: float) -> dict:
+        """Random loss of ``percent`` % in both directions (0 removes it)."""
+        if not 0 <= percent <= 100:
+            raise LabError(f"loss must be within [0, 100] %, got {percent}")
+        for intf in self._reshape(a, b, loss=percent or None):
+            tc.set_loss(intf.node.netns, intf.name, percent)
+        return self.lab.stamp("loss", f"{a}-{b}", percent=percent)
+
+    def rate(self, a: str, b: str, mbit: float) -> dict:
+        """Change the link rate (Mbit/s) of a shaped link."""
+        if not mbit > 0:
+            raise LabError(f"rate must be > 0 Mbit/s, got {mbit}")
+        for intf in self.ends(a, b):
+            if intf.shaping.bw is None:
+                raise LabError(f"link {a}-{b} has no rate limit to change; give it a bw")
+        for intf in self._reshape(a, b, bw=mbit):
+            tc.set_rate(intf.node.ipr, intf.index, mbit)
+        return self.lab.stamp("rate", f"{a}-{b}", mbit=mbit)
+
+    def queue(self, a: str, b: str, packets: int) -> dict:
+        """Change the queue limit (packets) of a link."""
+        if packets < 1:
+            raise LabError(f"queue limit must be >= 1 packet, got {packets}")
+        for intf in self._reshape(a, b, max_queue_size=packets):
+            tc.set_queue(intf.node.ipr, intf.index, intf.shaping)
+        return self.lab.stamp("queue", f"{a}-{b}", packets=packets)
+
+    # -- VMs -------------------------------------------------------------------------------
+    def cpu_hog(self, vm: str, on: bool = True) -> dict:
+        """Start (or stop) a busy loop inside ``vm``: a noisy neighbour for its host."""
+        node = self._vm(vm)
+        if on and vm not in self.hogs:
+            self.hogs[vm] = node.popen(HOG)
+        elif not on and vm in self.hogs:
+            proc = self.hogs.pop(vm)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        return self.lab.stamp("cpu_hog", vm, on=on, phys=node.phys)
+
+    def pause(self, vm: str) -> dict:
+        node = self._vm(vm)
+        self.lab.cgroups.freeze(node.phys, vm, True)
+        self.paused.add(vm)
+        return self.lab.stamp("pause", vm)
+
+    def resume(self, vm: str) -> dict:
+        node = self._vm(vm)
+        self.lab.cgroups.freeze(node.phys, vm, False)
+        self.paused.discard(vm)
+        return self.lab.stamp("resume", vm)
+
+    def clock_step(self, vm: str, step_ms: float) -> dict:
+        """Step ``vm``'s clock by ``step_ms`` (the VM's processes see it at once)."""
+        self._vm(vm)
+        now = time.time_ns()
+        self.lab.clocks.step(vm, now, step_ms * 1e6)
+        return self.lab.stamp("clock_step", vm, step_ms=step_ms, at_ns=now)
+
+    def migrate(self, vm: str, phys: str) -> dict:
+        """Live-migrate ``vm`` to physical host ``phys``: its processes move to that host's
+        cgroup and its clock follows that host's oscillator from now on (continuous).
+
+        Raises:
+            LabError: unknown host, same host, or a paused VM.
+        """
+        node = self._vm(vm)
+        if phys not in set(self.lab.phys.values()):
+            raise LabError(f"no physical host {phys!r}; hosts: {sorted(set(self.lab.phys.values()))}")
+        if phys == node.phys:
+            raise LabError(f"{vm} already runs on {phys}")
+        if vm in self.paused:
+            raise LabError(f"{vm} is paused; resume it before migrating")
+        old = node.phys
+        self.lab.cgroups.move_vm(vm, old, phys)
+        now = time.time_ns()
+        self.lab.clocks.migrate(vm, now, phys)
+        node.phys = self.lab.phys[vm] = phys
+        return self.lab.stamp("migrate", vm, src=old, dst=phys, at_ns=now)
+
+    def apply(self, kind: str, **args) -> dict:
+        """Dispatch by name (scenario timelines, the TUI): ``apply("loss", a=.., b=.., percent=5)``.
+
+        Raises:
+            LabError: unknown kind or bad arguments.
+        """
+        if kind not in KINDS:
+            raise LabError(f"unknown fault {kind!r}; expected one of {KINDS}")
+        if kind == "cpu_hog":
+            return self.cpu_hog(args["vm"], args.get("on", True))
+        return getattr(self, kind)(**args)
+
+    def stop_all(self) -> None:
+        """Cancel pending flaps, stop hogs, resume paused VMs (teardown)."""
+        for t in self._timers:
+            t.cancel()
+        self._timers.clear()
+        for vm in list(self.hogs):
+            proc = self.hogs.pop(vm)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()

@@ -1,0 +1,202 @@
+"""``Lab``: builds a Mininet topology into an emulated cloud cluster and tears it down.
+
+    with Lab(LeafSpine(spines=2, leaves=2, vms_per_leaf=2), name="demo") as lab:
+        lab.pingAll()
+        print(lab["vm1"].cmd("ip route"))
+        lab.faults.link_down("leaf1", "spine1")
+
+The bring-up pipeline is ``Lab.start``; every kernel object it creates carries the prefix
+``nslab-<name>`` and is removed by ``Lab.stop`` (also after an exception or Ctrl-C, through the
+context manager).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import time
+from collections.abc import Callable
+
+from mininet.net import Mininet
+from mininet.topo import Topo
+
+from lab import tc
+from lab.capabilities import probe, require_root
+from lab.cgroups import Cgroups
+from lab.clocks import ClockBook, ClockConfig
+from lab.errors import CapabilityError, LabError
+from lab.faults import Faults
+from lab.links import LINK_KEYS, ShapedLink
+from lab.names import check_lab_name, lab_prefix, state_dir
+from lab.netlink import remove_netns
+from lab.nodes import VM, fabric_node
+from topo.routing import ecmp_routes
+
+
+def lab_netns(name: str) -> list[str]:
+    """Named namespaces of lab ``name`` that exist now."""
+    prefix = lab_prefix(name) + "-"
+    try:
+        return sorted(n for n in os.listdir("/run/netns") if n.startswith(prefix))
+    except FileNotFoundError:
+        return []
+
+
+def check_link_params(topo: Topo, netem: bool) -> None:
+    """Validate every link's emulation parameters against the kernel before building.
+
+    Raises:
+        CapabilityError: a parameter needs a missing kernel feature (e.g. delay without netem).
+        LabError: a value is out of range.
+    """
+    for a, b, info in topo.links(withInfo=True):
+        opts = {k: info[k] for k in LINK_KEYS if k in info}
+        try:
+            params = tc.LinkParams.from_opts(opts)
+        except ValueError as e:
+            raise LabError(f"link {a}-{b}: {e}") from e
+        tc.require(params, netem, f"{a}-{b}")
+
+
+class Lab:
+    """An emulated cluster built from a Mininet ``Topo``.
+
+    Args:
+        topo: any Mininet topology; nodes with ``role`` leaf/spine/superspine become routers,
+            other switches Linux bridges, hosts VMs. A host's ``phys`` names its physical host
+            (default: one physical host per VM).
+        name: lab name (the prefix of its kernel objects is ``nslab-<name>``).
+        seed: seeds clocks and the ECMP hash.
+        clocks: how VM clocks are drawn.
+        cpu_cores: CPU budget of every physical host (cores; None: unlimited).
+        host_cpu: per physical host ``{"cpu_cores": float, "cpuset": "0-1"}`` overrides.
+        progress: called with short messages during long steps.
+
+    Raises (from ``start``):
+        NotRootError, CapabilityError, LabError.
+    """
+
+    def __init__(self, topo: Topo, name: str = "lab", seed: int = 1,
+                 clocks: ClockConfig | None = None, cpu_cores: float | None = None,
+                 host_cpu: dict[str, dict] | None = None,
+                 progress: Callable[[str], None] | None = None):
+        self.topo, self.name, self.seed = topo, check_lab_name(name), seed
+        self.clock_config = clocks or ClockConfig()
+        self.cpu_cores, self.host_cpu = cpu_cores, host_cpu or {}
+        self.progress = progress or (lambda msg: None)
+        self.net: Mininet | None = None
+        self.cgroups: Cgroups | None = None
+        self.clocks: ClockBook | None = None
+        self.routes: dict = {}
+        self.created: list[tuple[str, str]] = []
+        self.timeline: list[dict] = []
+        self.phys: dict[str, str] = {}
+        self.bringup_s = self.teardown_s = None
+        self.leftovers: list[str] = []
+        self.t0_ns = 0
+        self.faults = Faults(self)
+
+    # -- Mininet-like access ---------------------------------------------------------------
+    def __getitem__(self, name: str):
+        return self.net[name]
+
+    @property
+    def vms(self) -> list[VM]:
+        return list(self.net.hosts)
+
+    def pingAll(self, timeout: str = "1") -> float:  # noqa: N802 (Mininet's name)
+        """Ping between all VM pairs; returns the loss percentage (Mininet's ``pingAll``)."""
+        return self.net.pingAll(timeout=timeout)
+
+    def record(self, kind: str, name: str) -> None:
+        """Note a kernel object the lab created (for the state record and teardown checks)."""
+        self.created.append((kind, name))
+
+    def now_s(self) -> float:
+        """Seconds since the lab came up (true time)."""
+        return (time.time_ns() - self.t0_ns) / 1e9
+
+    def stamp(self, kind: str, target: str, **params) -> dict:
+        """Record an event in the ground-truth timeline."""
+        ev = {"t_s": round(self.now_s(), 6), "true_ns": time.time_ns(), "kind": kind,
+              "target": target, "params": params}
+        self.timeline.append(ev)
+        return ev
+
+    # -- bring-up --------------------------------------------------------------------------
+    def __enter__(self) -> "Lab":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Bring the lab up: checks, cgroups and clocks, nodes and links, routes."""
+        t = time.perf_counter()
+        require_root()
+        caps = probe()
+        if not caps["mnexec"].ok:
+            raise CapabilityError("mnexec is missing: install Debian's mininet package "
+                                  "(make setup does)")
+        if lab_netns(self.name):
+            raise LabError(f"lab {self.name!r} is already up or crashed; "
+                           f"'nslab clean {self.name}' removes a crashed one")
+        check_link_params(self.topo, caps["netem"].ok)
+        self.routes = ecmp_routes(self.topo)
+        try:
+            self._physical_hosts()
+            self.progress(f"building {len(self.topo.nodes())} nodes, "
+                          f"{len(self.topo.links())} links")
+            self.net = Mininet(topo=self.topo, host=functools.partial(VM, lab=self),
+                               switch=fabric_node(self), link=ShapedLink, controller=None,
+                               autoSetMacs=True, build=False, waitConnected=False)
+            self.net.build()
+            self.net.start()
+        except BaseException:
+            self.stop()
+            raise
+        self.t0_ns = time.time_ns()
+        self.bringup_s = time.perf_counter() - t
+        self.progress(f"lab {self.name} up in {self.bringup_s:.2f} s")
+
+    def _physical_hosts(self) -> None:
+        vms = self.topo.hosts()
+        self.phys = {vm: self.topo.nodeInfo(vm).get("phys") or f"phys-{vm}" for vm in vms}
+        for vm, host in self.phys.items():
+            self.topo.nodeInfo(vm)["phys"] = host
+        self.cgroups = Cgroups(self.name)
+        self.record("cgroup", lab_prefix(self.name))
+        self.clocks = ClockBook(self.clock_config, self.seed,
+                                os.path.join(state_dir(self.name), "clock"), time.time_ns())
+        for host in sorted(set(self.phys.values())):
+            spec = {"cpu_cores": self.cpu_cores, **self.host_cpu.get(host, {})}
+            self.cgroups.create_host(host, spec.get("cpu_cores"), spec.get("cpuset"))
+        for vm, host in self.phys.items():
+            self.cgroups.create_vm(host, vm)
+            self.clocks.add_vm(vm, host)
+
+    # -- teardown --------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Tear everything down; afterwards ``leftovers`` lists what survived (normally [])."""
+        t = time.perf_counter()
+        self.faults.stop_all()
+        errors = []
+        if self.net is not None:
+            try:
+                self.net.stop()
+            except Exception as e:  # keep tearing down the rest
+                errors.append(f"mininet stop: {e}")
+            self.net = None
+        for kind, name in self.created:
+            if kind == "netns":
+                remove_netns(name)
+        if self.cgroups is not None:
+            try:
+                self.cgroups.destroy()
+            except Exception as e:
+                errors.append(f"cgroups: {e}")
+        shutil.rmtree(state_dir(self.name), ignore_errors=True)
+        self.leftovers = lab_netns(self.name) + (self.cgroups.exists() if self.cgroups else [])
+        self.leftovers += errors
+        self.teardown_s = time.perf_counter() - t

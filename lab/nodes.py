@@ -1,0 +1,144 @@
+"""Mininet node classes of the lab: VMs, routers (leaf/spine/super-spine) and bridges.
+
+Every node runs in its own network namespace, named ``nslab-<lab>-<node>`` (``ip netns
+list``), so ``ip netns exec`` and pyroute2 reach it, and a crashed lab is found by prefix.
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from mininet.node import Host, Node
+from pyroute2 import netns
+
+from agents.clock import ENV_VAR
+from lab.errors import LabError
+from lab.netlink import attach_netns, ns_iproute, remove_netns
+from lab.names import netns_name
+from topo.routing import ROUTER_ROLES
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lab.lab import Lab
+
+# Quieter namespaces: no IPv6 (router solicitations, DAD) in counters and captures.
+_COMMON_SYSCTL = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"]
+
+
+class LabNode(Node):
+    """A Mininet node whose namespace carries the lab's name prefix."""
+
+    def __init__(self, name: str, lab: "Lab", **params):
+        self.lab = lab
+        self.netns = netns_name(lab.name, name)
+        self._ipr = None
+        params["inNamespace"] = True
+        super().__init__(name, **params)
+        attach_netns(self.netns, self.pid)
+        self.lab.record("netns", self.netns)
+        self.sysctl(*_COMMON_SYSCTL)
+
+    @property
+    def ipr(self):
+        """pyroute2 ``IPRoute`` bound to this node's namespace (opened once)."""
+        if self._ipr is None:
+            self._ipr = ns_iproute(self.netns)
+        return self._ipr
+
+    def sysctl(self, *assignments: str) -> None:
+        """Set sysctls in this node's namespace (``key=value`` strings).
+
+        Raises:
+            LabError: a key is unknown or the write failed.
+        """
+        netns.pushns(self.netns)  # /proc/sys/net is the caller's namespace's
+        try:
+            for a in assignments:
+                key, value = a.split("=", 1)
+                try:
+                    with open("/proc/sys/" + key.replace(".", "/"), "w") as f:
+                        f.write(value)
+                except OSError as e:
+                    raise LabError(f"{self.name}: sysctl {a} failed: {e}") from e
+        finally:
+            netns.popns()
+
+    def terminate(self) -> None:
+        if self._ipr is not None:
+            self._ipr.close()
+            self._ipr = None
+        remove_netns(self.netns)
+        super().terminate()
+
+
+class VM(LabNode, Host):
+    """An emulated cloud VM: its processes run in its physical host's cgroup and see the VM
+    clock through ``NSLAB_CLOCK``. Metadata: ``phys`` (physical host), ``leaf``."""
+
+    def __init__(self, name: str, lab: "Lab", phys: str, **params):
+        self.phys = phys
+        self.clock_path = lab.clocks.path(name)
+        super().__init__(name, lab=lab, **params)
+
+    def _popen(self, cmd, **params):
+        """Every process of the VM (its shell, ``popen``) joins the VM's cgroups before exec
+        and gets ``NSLAB_CLOCK`` in its environment."""
+        env = dict(params.pop("env", None) or os.environ)
+        env[ENV_VAR] = self.clock_path
+        join = self.lab.cgroups.join_paths(self.phys, self.name)
+
+        def enter_cgroups():
+            for path in join:
+                with open(path, "w") as f:
+                    f.write("0")
+        return super()._popen(cmd, env=env, preexec_fn=enter_cgroups, **params)
+
+
+class Router(LabNode):
+    """A leaf, spine or super-spine: a Linux router with ECMP (L4 hash, fixed per-lab seed)."""
+
+    def __init__(self, name: str, lab: "Lab", role: str, **params):
+        self.role = role
+        super().__init__(name, lab=lab, **params)
+        self.sysctl("net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
+                    "net.ipv4.conf.default.rp_filter=0",
+                    "net.ipv4.fib_multipath_hash_policy=1",
+                    f"net.ipv4.fib_multipath_hash_seed={lab.seed & 0xFFFFFFFF}")
+
+    def start(self, controllers) -> None:
+        """Install the lab's ECMP routes for this router."""
+        for prefix, hops in self.lab.routes.get(self.name, []):
+            if len(hops) == 1:
+                self.ipr.route("replace", dst=prefix, gateway=hops[0])
+            else:
+                self.ipr.route("replace", dst=prefix,
+                               multipath=[{"gateway": h} for h in hops])
+
+    def stop(self, deleteIntfs: bool = False) -> None:
+        """Nothing to stop: the namespace and its links go with ``terminate``."""
+
+
+class Bridge(LabNode):
+    """A switch of a plain Mininet topology: a Linux bridge inside its own namespace (there is
+    no Open vSwitch here, and nothing is bridged in the root namespace)."""
+
+    def start(self, controllers) -> None:
+        self.ipr.link("add", ifname="br0", kind="bridge")
+        br = self.ipr.link_lookup(ifname="br0")[0]
+        for intf in self.intfList():
+            if intf.name != "lo":
+                idx = self.ipr.link_lookup(ifname=intf.name)[0]
+                self.ipr.link("set", index=idx, master=br, state="up")
+        self.ipr.link("set", index=br, state="up")
+
+    def stop(self, deleteIntfs: bool = False) -> None:
+        """Nothing to stop: the namespace and its links go with ``terminate``."""
+
+
+def fabric_node(lab: "Lab"):
+    """Mininet ``switch=`` factory: routers for router roles, bridges otherwise."""
+    def make(name: str, role: str | None = None, **params):
+        params.pop("listenPort", None)
+        if role in ROUTER_ROLES:
+            return Router(name, lab=lab, role=role, **params)
+        return Bridge(name, lab=lab, **params)
+    return make

@@ -1,0 +1,207 @@
+"""Link emulation on one interface: rate, queue limit, delay, jitter, reorder and loss.
+
+Mechanisms (all through netlink via pyroute2, so errors raise instead of being printed):
+    * rate: an HTB root ``1:`` with one class ``1:1`` (rate = ceil, burst = 1 ms of rate, at
+      least 15 kB); see tc-htb(8).
+    * queue limit (packets): the leaf ``10:`` is ``pfifo limit N`` (or netem's own ``limit``);
+      GSO is turned off on shaped interfaces (``gso_max_segs 1``) so a "packet" in the queue is
+      one MTU-sized packet, as in a switch buffer.
+    * delay / jitter / reorder: ``netem`` as the leaf ``10:`` (tc-netem(8)); needs ``sch_netem``.
+    * loss (percent): nftables ``numgen random`` drop on the *ingress* of the receiving
+      interface (table ``netdev nslab``), which works with and without netem; an egress-hook
+      drop is counted but not enforced on some kernels, ingress is.
+
+Units: ``bw`` Mbit/s, ``delay``/``jitter`` strings with a unit (``"500us"``, ``"2ms"``),
+``loss``/``reorder`` percent, ``max_queue_size`` packets (Mininet's vocabulary).
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass, fields
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from lab.errors import CapabilityError, LabError
+
+ROOT, HTB_CLASS, LEAF = 0x10000, 0x10001, 0x100000
+_TIME = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(us|ms|s)\s*$")
+_US = {"us": 1.0, "ms": 1e3, "s": 1e6}
+MIN_BURST = 15000
+
+
+def parse_time_us(text: str | float | int) -> float:
+    """``"2ms"`` -> 2000.0 microseconds; a bare number means ms (Mininet passes it to tc as ms).
+
+    Raises:
+        ValueError: not a non-negative time.
+    """
+    if isinstance(text, (int, float)):
+        if text < 0:
+            raise ValueError(f"negative time {text}")
+        return float(text) * 1e3
+    m = _TIME.match(text)
+    if not m:
+        raise ValueError(f"time {text!r}: expected a number with a unit us, ms or s")
+    return float(m.group(1)) * _US[m.group(2)]
+
+
+@dataclass(frozen=True)
+class LinkParams:
+    """What one direction of a link emulates (None: not emulated)."""
+
+    bw: float | None = None
+    delay: str | None = None
+    jitter: str | None = None
+    loss: float | None = None
+    reorder: float | None = None
+    max_queue_size: int | None = None
+
+    @classmethod
+    def from_opts(cls, opts: dict) -> "LinkParams":
+        """Pick the link keys out of Mininet-style options.
+
+        Raises:
+            ValueError: a value out of range (negative rate, loss above 100 %, ...).
+        """
+        p = cls(**{f.name: opts.get(f.name) for f in fields(cls)})
+        p.validate()
+        return p
+
+    def validate(self) -> None:
+        """Raises ValueError naming the first bad value."""
+        if self.bw is not None and not self.bw > 0:
+            raise ValueError(f"bw must be > 0 Mbit/s, got {self.bw}")
+        for name in ("loss", "reorder"):
+            v = getattr(self, name)
+            if v is not None and not 0 <= v <= 100:
+                raise ValueError(f"{name} must be a percentage in [0, 100], got {v}")
+        if self.max_queue_size is not None and self.max_queue_size < 1:
+            raise ValueError(f"max_queue_size must be >= 1 packet, got {self.max_queue_size}")
+        for name in ("delay", "jitter"):
+            if getattr(self, name) is not None:
+                parse_time_us(getattr(self, name))
+        if self.reorder and not self.delay:
+            raise ValueError("reorder needs a delay (netem reorders by sending some packets "
+                             "without the delay)")
+
+    def netem_fields(self) -> list[str]:
+        """The requested parameters that only netem can emulate."""
+        return [n for n in ("delay", "jitter", "reorder") if getattr(self, n)]
+
+
+def require(params: LinkParams, netem: bool, where: str) -> None:
+    """Fail before anything is built if ``params`` needs netem and the kernel lacks it.
+
+    Raises:
+        CapabilityError: naming the parameters, the link and the missing kernel feature.
+    """
+    missing = params.netem_fields()
+    if missing and not netem:
+        raise CapabilityError(
+            f"link {where}: {', '.join(missing)} need the kernel qdisc sch_netem, which this "
+            "kernel lacks ('tc qdisc add ... netem': unknown qdisc). Remove them or run on a "
+            "kernel with netem (modprobe sch_netem); rate, queue limit and loss work without it.")
+
+
+def _burst(bw_mbit: float) -> int:
+    return max(MIN_BURST, int(bw_mbit * 1e6 / 8 * 1e-3))
+
+
+def _htb_class(bw_mbit: float) -> dict:
+    rate = int(bw_mbit * 1e6 / 8)  # bytes/s
+    return dict(rate=f"{int(bw_mbit * 1e6)}bit", burst=_burst(bw_mbit), cburst=_burst(bw_mbit),
+                quantum=max(1600, min(200000, rate // 10)))
+
+
+def _netem(p: LinkParams) -> dict:
+    kw: dict = {"limit": p.max_queue_size or 1000}
+    if p.delay:
+        kw["delay"] = parse_time_us(p.delay)
+    if p.jitter:
+        kw["jitter"] = parse_time_us(p.jitter)
+    if p.reorder:
+        kw["prob_reorder"] = p.reorder
+    return kw
+
+
+def shape(ipr: IPRoute, index: int, p: LinkParams) -> None:
+    """Install the egress qdiscs of ``p`` on interface ``index`` (loss is separate: ``set_loss``).
+
+    Raises:
+        NetlinkError: the kernel refused (e.g. netem missing; ``require`` checks that first).
+    """
+    if p.bw is None and not p.netem_fields() and p.max_queue_size is None:
+        return
+    ipr.link("set", index=index, gso_max_segs=1)
+    parent = ROOT
+    if p.bw is not None:
+        ipr.tc("add", "htb", index, ROOT, default=1)
+        ipr.tc("add-class", "htb", index, HTB_CLASS, parent=ROOT, **_htb_class(p.bw))
+        parent = HTB_CLASS
+    kw = {"parent": parent} if parent != ROOT else {}
+    if p.netem_fields():
+        ipr.tc("add", "netem", index, LEAF, **kw, **_netem(p))
+    elif p.max_queue_size is not None:
+        ipr.tc("add", "pfifo", index, LEAF, **kw, limit=p.max_queue_size)
+
+
+def set_rate(ipr: IPRoute, index: int, bw_mbit: float) -> None:
+    """Change the HTB rate of a shaped interface at run time.
+
+    Raises:
+        LabError: the interface has no rate shaping to change.
+    """
+    try:
+        ipr.tc("change-class", "htb", index, HTB_CLASS, parent=ROOT, **_htb_class(bw_mbit))
+    except NetlinkError as e:
+        raise LabError(f"interface {index} has no HTB rate to change ({e})") from e
+
+
+def set_queue(ipr: IPRoute, index: int, p: LinkParams) -> None:
+    """Replace the leaf queue of a shaped interface with ``p.max_queue_size`` packets (netem's
+    limit when ``p`` has netem fields, else a pfifo)."""
+    kw = {"parent": HTB_CLASS} if p.bw is not None else {}
+    if p.netem_fields():
+        ipr.tc("replace", "netem", index, LEAF, **kw, **_netem(p))
+    else:
+        ipr.tc("replace", "pfifo", index, LEAF, **kw, limit=p.max_queue_size)
+
+
+def qdisc_stats(ipr: IPRoute, index: int) -> dict[str, int]:
+    """Counters of the root qdisc of an interface (HTB counts its leaves' drops):
+    ``sent_bytes``, ``sent_packets``, ``drops``, ``overlimits``, ``backlog_packets``.
+    All zero when the interface has no qdisc of its own."""
+    for q in ipr.get_qdiscs(index=index):
+        st = q.get_attr("TCA_STATS")
+        if q["parent"] == 0xFFFFFFFF and st is not None:
+            return {"sent_bytes": st["bytes"], "sent_packets": st["packets"],
+                    "drops": st["drops"], "overlimits": st["overlimits"],
+                    "backlog_packets": st["qlen"]}
+    return dict.fromkeys(("sent_bytes", "sent_packets", "drops", "overlimits",
+                          "backlog_packets"), 0)
+
+
+def set_loss(netns: str, ifname: str, percent: float) -> None:
+    """Drop ``percent`` % of the packets arriving on ``ifname`` (nftables ``numgen random``,
+    table ``netdev nslab`` of namespace ``netns``); 0 removes the rule.
+
+    Raises:
+        LabError: nft failed (message included).
+    """
+    chain = "loss_" + re.sub(r"[^A-Za-z0-9_]", "_", ifname)
+    threshold = round(percent * 10_000)  # out of 1e6
+    script = [f"add table netdev nslab",
+              f'add chain netdev nslab {chain} {{ type filter hook ingress device "{ifname}" '
+              "priority 0; }",
+              f"flush chain netdev nslab {chain}"]
+    if threshold > 0:
+        script.append(f"add rule netdev nslab {chain} numgen random mod 1000000 < {threshold} "
+                      "counter drop")
+    else:
+        script.append(f"delete chain netdev nslab {chain}")
+    r = subprocess.run(["ip", "netns", "exec", netns, "nft", "-f", "-"], input="\n".join(script),
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise LabError(f"nftables loss on {netns}/{ifname} failed: {r.stderr.strip()}")
