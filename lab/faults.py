@@ -116,16 +116,16 @@ class Faults:
         return self.lab.stamp("queue", f"{a}-{b}", packets=packets)
 
     # -- VMs -------------------------------------------------------------------------------
-    def cpu_hog(self, vm: str, on: bool = True) -> dict:
+    def cpu_hog(self, vm: str, enable: bool = True) -> dict:
         """Start (or stop) a busy loop inside ``vm``: a noisy neighbour for its host."""
         node = self._vm(vm)
-        if on and vm not in self.hogs:
+        if enable and vm not in self.hogs:
             self.hogs[vm] = node.popen(HOG)
-        elif not on and vm in self.hogs:
+        elif not enable and vm in self.hogs:
             proc = self.hogs.pop(vm)
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-        return self.lab.stamp("cpu_hog", vm, on=on, phys=node.phys)
+        return self.lab.stamp("cpu_hog", vm, enable=enable, phys=node.phys)
 
     def pause(self, vm: str) -> dict:
         node = self._vm(vm)
@@ -165,6 +165,7 @@ class Faults:
         now = time.time_ns()
         self.lab.clocks.migrate(vm, now, phys)
         node.phys = self.lab.phys[vm] = phys
+        self.lab.publish_state()
         return self.lab.stamp("migrate", vm, src=old, dst=phys, at_ns=now)
 
     def apply(self, kind: str, **args) -> dict:
@@ -175,9 +176,10 @@ class Faults:
         """
         if kind not in KINDS:
             raise LabError(f"unknown fault {kind!r}; expected one of {KINDS}")
-        if kind == "cpu_hog":
-            return self.cpu_hog(args["vm"], args.get("on", True))
-        return getattr(self, kind)(**args)
+        try:
+            return getattr(self, kind)(**args)
+        except TypeError as e:
+            raise LabError(f"fault {kind}: {e}") from e
 
     def stop_all(self) -> None:
         """Cancel pending flaps, stop hogs, resume paused VMs (teardown)."""

@@ -12,6 +12,7 @@ context manager).
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import time
@@ -156,6 +157,7 @@ class Lab:
         except BaseException:
             self.stop()
             raise
+        self.publish_state()
         self.t0_ns = time.time_ns()
         self.bringup_s = time.perf_counter() - t
         self.progress(f"lab {self.name} up in {self.bringup_s:.2f} s")
@@ -175,6 +177,16 @@ class Lab:
         for vm, host in self.phys.items():
             self.cgroups.create_vm(host, vm)
             self.clocks.add_vm(vm, host)
+
+    def publish_state(self) -> None:
+        """Write ``vms.json`` in the state directory: how ``nslab exec`` enters each VM."""
+        doc = {vm.name: {"netns": vm.netns, "clock": vm.clock_path, "phys": vm.phys,
+                         "cgroup_procs": self.cgroups.join_paths(vm.phys, vm.name)}
+               for vm in self.vms}
+        path = os.path.join(state_dir(self.name), "vms.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(doc, f, indent=1)
+        os.replace(path + ".tmp", path)
 
     # -- teardown --------------------------------------------------------------------------
     def stop(self) -> None:

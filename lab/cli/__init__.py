@@ -1,0 +1,1 @@
+"""The ``nslab`` command line: one module per subcommand."""

@@ -1,0 +1,49 @@
+"""``nslab run [SCENARIO] [--json PATH]``: run a scenario end to end and print its report."""
+from __future__ import annotations
+
+import json
+import sys
+
+from lab import results, runner
+from lab.capabilities import require_root
+from lab.scenario import DEFAULT, builtin_names, load, resolve
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="run a scenario and print its report",
+                       description="Build the scenario's lab, play its fault timeline, tear it "
+                                   "down and report. SCENARIO is a built-in name "
+                                   f"({', '.join(builtin_names())}) or a YAML file.")
+    p.add_argument("scenario", nargs="?", default=DEFAULT, help=f"default: {DEFAULT}")
+    p.add_argument("--json", metavar="PATH", help="write the results document "
+                   f"({results.SCHEMA}) to PATH ('-' for stdout)")
+    p.add_argument("--name", help="lab name (default: the scenario's name)")
+    p.add_argument("--check", action="store_true",
+                   help="only validate the scenario (no root needed), build nothing")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=main)
+
+
+def progress_printer(quiet: bool):
+    return (lambda msg: None) if quiet else (lambda msg: print(f"  .. {msg}", file=sys.stderr,
+                                                               flush=True))
+
+
+def main(args) -> int:
+    sc, topo = load(args.scenario)
+    if args.check:
+        print(f"{resolve(args.scenario)}: valid ({len(topo.hosts())} VMs, "
+              f"{len(topo.links())} links, {len(sc.faults)} faults)")
+        return 0
+    require_root()
+    doc = runner.run(sc, topo, str(resolve(args.scenario)), args.name,
+                     progress_printer(args.quiet))
+    if args.json == "-":
+        json.dump(doc, sys.stdout, indent=1)
+        print()
+    else:
+        print(results.report(doc))
+        if args.json:
+            results.write(doc, args.json)
+            print(f"  results: {args.json}")
+    return 0 if doc["teardown"]["clean"] else 1

@@ -1,0 +1,29 @@
+"""``nslab up SCENARIO``: build a scenario's lab and keep it up with Mininet's CLI."""
+from __future__ import annotations
+
+from mininet.cli import CLI
+
+from lab import runner
+from lab.capabilities import require_root
+from lab.cli.run import progress_printer
+from lab.scenario import DEFAULT, load
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("up", help="build a lab and open Mininet's CLI in it",
+                       description="Build the scenario's lab (its fault timeline is not played) "
+                                   "and open Mininet's CLI: 'vm1 ping vm2', 'leaf1 ip route', "
+                                   "'pingall'. From another shell: 'nslab exec LAB VM -- CMD'. "
+                                   "Exiting the CLI tears the lab down.")
+    p.add_argument("scenario", nargs="?", default=DEFAULT)
+    p.add_argument("--name", help="lab name (default: the scenario's name)")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    require_root()
+    sc, topo = load(args.scenario)
+    with runner.make_lab(sc, topo, args.name, progress_printer(False)) as lab:
+        print(f"lab {lab.name} is up: {', '.join(v.name for v in lab.vms)}")
+        CLI(lab.net)
+    return 0

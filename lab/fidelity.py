@@ -1,0 +1,67 @@
+"""Fidelity of the emulation: is the machine saturated while a scenario runs?
+
+A background thread samples ``/proc/stat`` (proc(5)) every ``interval_s`` and keeps, per
+interval, the busy fraction of all CPUs (everything but idle and iowait) and the softirq
+fraction (where veth forwarding and qdiscs run). When the machine is saturated, timers fire
+late and packets queue in the kernel instead of in the emulated queues, so timing results
+are not trustworthy: the summary flags it.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+SATURATED_BUSY = 0.90      # an interval is saturated at >= 90 % busy ...
+SATURATED_SHARE = 0.25     # ... and the run is flagged when >= 25 % of intervals are
+
+
+def read_cpu_times() -> np.ndarray:
+    """Aggregate CPU jiffies from /proc/stat: user nice system idle iowait irq softirq steal."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return np.array([int(x) for x in fields[1:9]], dtype=np.int64)
+
+
+class FidelitySampler:
+    """``with FidelitySampler() as s: ...``; then ``s.summary()``."""
+
+    def __init__(self, interval_s: float = 0.25):
+        self.interval_s = interval_s
+        self.busy: list[float] = []
+        self.softirq: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="nslab-fidelity")
+
+    def __enter__(self) -> "FidelitySampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        prev = read_cpu_times()
+        while not self._stop.wait(self.interval_s):
+            cur = read_cpu_times()
+            d = cur - prev
+            prev = cur
+            total = d.sum()
+            if total <= 0:
+                continue
+            self.busy.append(float(1 - (d[3] + d[4]) / total))
+            self.softirq.append(float(d[6] / total))
+
+    def summary(self) -> dict:
+        """``samples``, ``cpu_busy`` and ``softirq`` fractions (p50, max), ``saturated``."""
+        if not self.busy:
+            return {"samples": 0, "saturated": None}
+        busy = np.array(self.busy)
+        soft = np.array(self.softirq)
+        return {"samples": len(busy), "interval_s": self.interval_s,
+                "cpu_busy": {"p50": round(float(np.median(busy)), 3),
+                             "max": round(float(busy.max()), 3)},
+                "softirq": {"p50": round(float(np.median(soft)), 3),
+                            "max": round(float(soft.max()), 3)},
+                "saturated": bool(np.mean(busy >= SATURATED_BUSY) >= SATURATED_SHARE)}

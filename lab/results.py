@@ -1,0 +1,82 @@
+"""The results document (schema ``nslab.results/1``) and its printed report.
+
+Sections present now: ``scenario``, ``lab``, ``truth``, ``teardown``. ``sync``, ``owd_us``,
+``collocation`` and ``jobs`` appear when a scenario runs agents and jobs; an absent section
+means "not measured", never a placeholder.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+from lab.capabilities import as_json
+from lab.links import LINK_KEYS
+
+SCHEMA = "nslab.results/1"
+
+
+def lab_section(lab, caps: dict, fidelity: dict) -> dict:
+    """``lab``: bring-up/teardown seconds, VMs, links, capabilities, fidelity."""
+    topo = lab.topo
+    vms = [{"name": vm, "ip": topo.nodeInfo(vm).get("ip", "").split("/")[0] or None,
+            "leaf": topo.nodeInfo(vm).get("leaf"), "phys": lab.phys[vm]} for vm in topo.hosts()]
+    links = [{"a": a, "b": b, **{k: info[k] for k in LINK_KEYS if k in info}}
+             for a, b, info in topo.links(withInfo=True)]
+    return {"name": lab.name, "bringup_s": round(lab.bringup_s or 0, 3),
+            "teardown_s": round(lab.teardown_s or 0, 3), "nodes": len(topo.nodes()),
+            "vms": vms, "links": links, "capabilities": as_json(caps), "fidelity": fidelity}
+
+
+def truth_section(lab, placements_at_start: dict) -> dict:
+    """``truth``: placements (at start and at the end), clocks, fault timeline."""
+    return {"placements": placements_at_start, "placements_end": dict(lab.phys),
+            "clocks": lab.clocks.truth(), "faults": lab.timeline}
+
+
+def document(scenario, source: str, lab, caps: dict, fidelity: dict, placements: dict) -> dict:
+    return {
+        "schema": SCHEMA,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "scenario": {"name": scenario.name, "source": source, "seed": scenario.seed,
+                     "duration_s": scenario.duration_s},
+        "lab": lab_section(lab, caps, fidelity),
+        "truth": truth_section(lab, placements),
+        "teardown": {"clean": not lab.leftovers, "leftovers": lab.leftovers,
+                     "seconds": round(lab.teardown_s or 0, 3)},
+    }
+
+
+def write(doc: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+
+
+def report(doc: dict) -> str:
+    """A human-readable summary of a results document."""
+    lab, truth = doc["lab"], doc["truth"]
+    fid = lab["fidelity"]
+    lines = [f"nslab run: {doc['scenario']['name']} (seed {doc['scenario']['seed']}, "
+             f"{doc['scenario']['duration_s']} s)",
+             f"  lab {lab['name']}: {lab['nodes']} nodes, {len(lab['vms'])} VMs, "
+             f"{len(lab['links'])} links; up in {lab['bringup_s']} s, "
+             f"down in {lab['teardown_s']} s",
+             "  physical hosts:"]
+    by_host: dict[str, list[str]] = {}
+    for vm, host in truth["placements"].items():
+        by_host.setdefault(host, []).append(vm)
+    oscs = truth["clocks"]["oscillators"]
+    for host, members in sorted(by_host.items()):
+        drift = oscs.get(host, {}).get("base_ppm")
+        lines.append(f"    {host:8s} drift {drift:+8.3f} ppm  VMs {' '.join(members)}")
+    lines.append("  timeline:")
+    for ev in truth["faults"]:
+        params = " ".join(f"{k}={v}" for k, v in ev["params"].items() if k != "at_ns")
+        lines.append(f"    {ev['t_s']:7.2f} s  {ev['kind']:11s} {ev['target']} {params}")
+    if fid.get("samples"):
+        lines.append(f"  fidelity: CPU busy p50 {fid['cpu_busy']['p50']:.0%} max "
+                     f"{fid['cpu_busy']['max']:.0%}, softirq max {fid['softirq']['max']:.0%}"
+                     f"{'  SATURATED: timing results not trustworthy' if fid['saturated'] else ''}")
+    td = doc["teardown"]
+    lines.append(f"  teardown: {'clean' if td['clean'] else 'LEFTOVERS ' + ', '.join(td['leftovers'])}")
+    return "\n".join(lines)

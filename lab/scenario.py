@@ -1,0 +1,298 @@
+"""Scenario files: YAML validated against a schema before anything is built.
+
+``load(path_or_name)`` returns a ``Scenario`` or raises ``ScenarioError`` listing every problem
+with its field path (``topology.spines: Input should be greater than 0``). Built-in scenarios
+live in ``lab/scenarios/*.yaml``; ``quickstart`` is the default. The field reference is
+``Scenario``'s JSON schema (``nslab schema``) and the README.
+"""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from mininet.topo import Topo
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from lab.errors import ScenarioError
+from lab.faults import KINDS
+from lab.tc import LinkParams
+from topo.leafspine import LeafSpine
+from topo.placement import STRATEGIES
+
+BUILTIN_DIR = Path(__file__).parent / "scenarios"
+DEFAULT = "quickstart"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LinkSpec(_Strict):
+    """Emulation applied to every link (Mininet's link options; units in the names' docs)."""
+
+    delay: str | None = Field(None, description="one-way delay, e.g. '100us', '2ms' (netem)")
+    jitter: str | None = Field(None, description="delay variation, e.g. '50us' (netem)")
+    loss: float | None = Field(None, ge=0, le=100, description="random loss, percent")
+    reorder: float | None = Field(None, ge=0, le=100, description="reordering, percent (netem)")
+
+    @model_validator(mode="after")
+    def _check(self):
+        LinkParams(delay=self.delay, jitter=self.jitter, loss=self.loss,
+                   reorder=self.reorder).validate()
+        return self
+
+
+class TopologySpec(_Strict):
+    """``kind: leafspine`` (the parameters below) or ``kind: custom`` (a Mininet topology file
+    with a ``topos`` dict, as for ``mn --custom``)."""
+
+    kind: Literal["leafspine", "custom"] = "leafspine"
+    spines: int = Field(2, gt=0)
+    leaves: int = Field(2, gt=0)
+    vms_per_leaf: int = Field(2, gt=0, le=250)
+    pods: int = Field(0, ge=0, description="0: two tiers; >= 1: pods under super-spines")
+    superspines: int = Field(2, gt=0)
+    host_bw: float | None = Field(None, gt=0, description="VM-leaf rate, Mbit/s")
+    fabric_bw: float | None = Field(None, gt=0, description="leaf-spine rate, Mbit/s")
+    super_bw: float | None = Field(None, gt=0, description="spine-superspine rate, Mbit/s")
+    host_queue: int | None = Field(None, gt=0, description="VM-leaf queue limit, packets")
+    fabric_queue: int | None = Field(None, gt=0, description="fabric queue limit, packets")
+    link: LinkSpec = LinkSpec()
+    file: str | None = Field(None, description="custom: path of the topology file")
+    name: str | None = Field(None, description="custom: key in the file's topos dict")
+    args: dict = Field(default_factory=dict, description="custom: keyword arguments")
+
+    @model_validator(mode="after")
+    def _custom_needs_file(self):
+        if self.kind == "custom" and not (self.file and self.name):
+            raise ValueError("kind custom needs 'file' and 'name'")
+        return self
+
+
+class PlacementSpec(_Strict):
+    vms_per_host: int = Field(1, gt=0, description="VMs per physical host")
+    strategy: Literal[STRATEGIES] = "packed"  # type: ignore[valid-type]
+    map: dict[str, str] | None = Field(None, description="explicit: VM -> physical host")
+
+
+class HostCpuSpec(_Strict):
+    cpu_cores: float | None = Field(None, gt=0, description="CPU budget, cores")
+    cpuset: str | None = Field(None, description="cores, e.g. '0' or '0-1'")
+
+
+class HostsSpec(HostCpuSpec):
+    """CPU budget of every physical host, with per-host ``overrides``."""
+
+    overrides: dict[str, HostCpuSpec] = Field(default_factory=dict)
+
+
+class ClocksSpec(_Strict):
+    drift_ppm: float = Field(50.0, ge=0, description="base drift uniform in +-drift_ppm")
+    offset_ms: float = Field(10.0, ge=0, description="initial offset uniform in +-offset_ms")
+    wander_ppm: float = Field(0.2, ge=0, description="bound of the oscillator wander, ppm")
+    host_drift_ppm: dict[str, float] = Field(default_factory=dict,
+                                             description="explicit base drift per host")
+
+
+_ARGS = {"link_down": {"link"}, "link_up": {"link"}, "flap": {"link"}, "loss": {"link", "percent"},
+         "rate": {"link", "mbit"}, "queue": {"link", "packets"}, "cpu_hog": {"vm"},
+         "pause": {"vm"}, "resume": {"vm"}, "clock_step": {"vm", "step_ms"},
+         "migrate": {"vm", "to"}}
+
+
+class FaultSpec(_Strict):
+    """One timeline entry: at ``at_s`` seconds after bring-up, inject ``kind``."""
+
+    at_s: float = Field(ge=0)
+    kind: Literal[KINDS]  # type: ignore[valid-type]
+    link: tuple[str, str] | None = None
+    vm: str | None = None
+    percent: float | None = Field(None, ge=0, le=100)
+    mbit: float | None = Field(None, gt=0)
+    packets: int | None = Field(None, gt=0)
+    enable: bool = Field(True, description="cpu_hog: start (true) or stop (false)")
+    step_ms: float | None = None
+    to: str | None = Field(None, description="migrate: destination physical host")
+    down_s: float = Field(1.0, gt=0)
+    up_s: float = Field(1.0, gt=0)
+    count: int = Field(3, gt=0)
+
+    @model_validator(mode="after")
+    def _needs(self):
+        missing = [f for f in sorted(_ARGS[self.kind]) if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"fault {self.kind} needs {', '.join(missing)}")
+        return self
+
+    def call_args(self) -> dict:
+        """Keyword arguments of ``Faults.<kind>``."""
+        args: dict = {}
+        if self.link:
+            args["a"], args["b"] = self.link
+        if self.vm:
+            args["vm"] = self.vm
+        extra = {"loss": ("percent",), "rate": ("mbit",), "queue": ("packets",),
+                 "cpu_hog": ("enable",), "clock_step": ("step_ms",), "migrate": (),
+                 "flap": ("down_s", "up_s", "count")}.get(self.kind, ())
+        args.update({k: getattr(self, k) for k in extra})
+        if self.kind == "migrate":
+            args["phys"] = self.to
+        return args
+
+
+class Scenario(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_]{0,15}$", description="also the lab name")
+    description: str = ""
+    seed: int = 1
+    duration_s: float = Field(10.0, gt=0, description="how long the lab runs after bring-up")
+    topology: TopologySpec = TopologySpec()
+    placement: PlacementSpec = PlacementSpec()
+    hosts: HostsSpec = HostsSpec()
+    clocks: ClocksSpec = ClocksSpec()
+    faults: list[FaultSpec] = Field(default_factory=list)
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.yaml"))
+
+
+def resolve(name_or_path: str | None) -> Path:
+    """A built-in scenario name or a file path -> the file.
+
+    Raises:
+        ScenarioError: neither a file nor a built-in name.
+    """
+    name_or_path = name_or_path or DEFAULT
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    builtin = BUILTIN_DIR / f"{name_or_path}.yaml"
+    if builtin.is_file():
+        return builtin
+    raise ScenarioError(name_or_path, [("", f"no such file and no built-in scenario; built-ins: "
+                                             f"{', '.join(builtin_names())}")])
+
+
+def load(name_or_path: str | None) -> tuple[Scenario, Topo]:
+    """Parse, validate and build the topology (pure data, no root) of a scenario.
+
+    Returns:
+        (scenario, topology) ready for ``Lab``.
+
+    Raises:
+        ScenarioError: every problem found, each with its field path.
+    """
+    path = resolve(name_or_path)
+    source = str(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ScenarioError(source, [("", f"not valid YAML: {e}")]) from e
+    if not isinstance(doc, dict):
+        raise ScenarioError(source, [("", "expected a mapping at the top level")])
+    try:
+        sc = Scenario.model_validate(doc)
+    except ValidationError as e:
+        raise ScenarioError(source, [(_path(err["loc"]), _msg(err)) for err in e.errors()]) from e
+    topo, errors = _topology(sc, path.parent)
+    if topo is not None:
+        errors += _cross_check(sc, topo)
+    if errors:
+        raise ScenarioError(source, errors)
+    return sc, topo
+
+
+def _path(loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _msg(err: dict) -> str:
+    if err["type"] == "extra_forbidden":
+        return "unknown field"
+    return err["msg"].removeprefix("Value error, ")
+
+
+def _topology(sc: Scenario, base: Path) -> tuple[Topo | None, list[tuple[str, str]]]:
+    t, p = sc.topology, sc.placement
+    link = {k: v for k, v in t.link.model_dump().items() if v is not None}
+    strategy = "explicit" if p.map else p.strategy
+    try:
+        if t.kind == "leafspine":
+            topo = LeafSpine(spines=t.spines, leaves=t.leaves, vms_per_leaf=t.vms_per_leaf,
+                             pods=t.pods, superspines=t.superspines, host_bw=t.host_bw,
+                             fabric_bw=t.fabric_bw, super_bw=t.super_bw, host_queue=t.host_queue,
+                             fabric_queue=t.fabric_queue, link_opts=link,
+                             vms_per_host=p.vms_per_host, placement=strategy, seed=sc.seed,
+                             explicit=p.map)
+        else:
+            topo = _custom(base / t.file, t.name, t.args)
+            _place_custom(topo, p, sc.seed)
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        field = "placement" if "placement" in str(e) or "host" in str(e) else "topology"
+        return None, [(field, str(e))]
+    return topo, []
+
+
+def _custom(path: Path, name: str, args: dict) -> Topo:
+    spec = importlib.util.spec_from_file_location(f"nslab_custom_{path.stem}", path)
+    if spec is None or not path.is_file():
+        raise FileNotFoundError(f"topology file {path} not found")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    topos = getattr(module, "topos", {})
+    if name not in topos:
+        raise KeyError(f"{path} has no topos[{name!r}]; it has {sorted(topos)}")
+    return topos[name](**args)
+
+
+def _place_custom(topo: Topo, p: PlacementSpec, seed: int) -> None:
+    from topo.placement import place
+    vms = topo.hosts()
+    leaf_of = {vm: topo.nodeInfo(vm).get("leaf") for vm in vms}
+    strategy = "explicit" if p.map else p.strategy
+    for vm, host in place(vms, leaf_of, p.vms_per_host, strategy, seed, p.map).items():
+        topo.nodeInfo(vm)["phys"] = host
+
+
+def _cross_check(sc: Scenario, topo: Topo) -> list[tuple[str, str]]:
+    """Names in faults, hosts and clocks that the topology does not have."""
+    errors = []
+    vms = set(topo.hosts())
+    nodes = set(topo.nodes())
+    hosts = {topo.nodeInfo(vm).get("phys") for vm in vms}
+    links = {frozenset((a, b)) for a, b in topo.links()}
+    for i, f in enumerate(sc.faults):
+        if f.vm is not None and f.vm not in vms:
+            errors.append((f"faults[{i}].vm", f"no VM {f.vm!r} in the topology"))
+        if f.link is not None:
+            bad = [n for n in f.link if n not in nodes]
+            if bad:
+                errors.append((f"faults[{i}].link", f"no node {bad[0]!r} in the topology"))
+            elif frozenset(f.link) not in links:
+                errors.append((f"faults[{i}].link", f"no link between {f.link[0]} and {f.link[1]}"))
+        if f.kind == "migrate" and f.to not in hosts:
+            errors.append((f"faults[{i}].to", f"no physical host {f.to!r}; hosts are "
+                                               f"{', '.join(sorted(hosts))}"))
+        if f.kind == "rate" and f.link and frozenset(f.link) in links:
+            if "bw" not in _link_info(topo, *f.link):
+                errors.append((f"faults[{i}].link", "rate change on a link without a bw"))
+    for h in sc.hosts.overrides:
+        if h not in hosts:
+            errors.append((f"hosts.overrides.{h}", f"no physical host {h!r}"))
+    for h in sc.clocks.host_drift_ppm:
+        if h not in hosts:
+            errors.append((f"clocks.host_drift_ppm.{h}", f"no physical host {h!r}"))
+    return errors
+
+
+def _link_info(topo: Topo, a: str, b: str) -> dict:
+    for x, y, info in topo.links(withInfo=True):
+        if {x, y} == {a, b}:
+            return info
+    return {}
+
