@@ -59,11 +59,17 @@ class Faults:
             intf.node.ipr.link("set", index=intf.index, state=state)
 
     def link_down(self, a: str, b: str) -> dict:
+        """Take a link down; fabric routes converge around it."""
         self._set_state(a, b, "down")
+        self.lab.down_links.add(frozenset((a, b)))
+        self.lab.reroute()
         return self.lab.stamp("link_down", f"{a}-{b}")
 
     def link_up(self, a: str, b: str) -> dict:
+        """Bring a link back; fabric routes use it again."""
         self._set_state(a, b, "up")
+        self.lab.down_links.discard(frozenset((a, b)))
+        self.lab.reroute()
         return self.lab.stamp("link_up", f"{a}-{b}")
 
     def flap(self, a: str, b: str, down_s: float = 1.0, up_s: float = 1.0, count: int = 3) -> dict:
@@ -93,7 +99,7 @@ class Faults:
         if not 0 <= percent <= 100:
             raise LabError(f"loss must be within [0, 100] %, got {percent}")
         for intf in self._reshape(a, b, loss=percent or None):
-            tc.set_loss(intf.node.netns, intf.name, percent)
+            tc.set_drop(intf.node.netns, intf.name, percent)
         return self.lab.stamp("loss", f"{a}-{b}", percent=percent)
 
     def rate(self, a: str, b: str, mbit: float) -> dict:
@@ -127,14 +133,26 @@ class Faults:
             proc.wait()
         return self.lab.stamp("cpu_hog", vm, enable=enable, phys=node.phys)
 
+    def _vm_wire(self, node, percent: float) -> None:
+        """Drop everything to and from ``node`` (a paused VM's vNIC) or stop dropping."""
+        for intf in node.intfList():
+            if intf.link is None:
+                continue
+            for end in (intf.link.intf1, intf.link.intf2):
+                tc.set_drop(end.node.netns, end.name, percent, tag="pause")
+
     def pause(self, vm: str) -> dict:
+        """Freeze every process of ``vm`` and silence its network (its kernel no longer
+        answers, as a paused VM's would not)."""
         node = self._vm(vm)
         self.lab.cgroups.freeze(node.phys, vm, True)
+        self._vm_wire(node, 100)
         self.paused.add(vm)
         return self.lab.stamp("pause", vm)
 
     def resume(self, vm: str) -> dict:
         node = self._vm(vm)
+        self._vm_wire(node, 0)
         self.lab.cgroups.freeze(node.phys, vm, False)
         self.paused.discard(vm)
         return self.lab.stamp("resume", vm)
@@ -186,6 +204,9 @@ class Faults:
         for t in self._timers:
             t.cancel()
         self._timers.clear()
+        for vm in list(self.paused):  # a frozen shell would never exit
+            self.lab.cgroups.freeze(self.lab.phys[vm], vm, False)
+        self.paused.clear()
         for vm in list(self.hogs):
             proc = self.hogs.pop(vm)
             proc.send_signal(signal.SIGKILL)

@@ -30,7 +30,7 @@ from lab.faults import Faults
 from lab.links import LINK_KEYS, ShapedLink
 from lab.names import check_lab_name, lab_prefix, state_dir
 from lab.netlink import remove_netns
-from lab.nodes import VM, fabric_node
+from lab.nodes import VM, Router, fabric_node
 from topo.routing import ecmp_routes
 
 
@@ -92,6 +92,7 @@ class Lab:
         self.created: list[tuple[str, str]] = []
         self.timeline: list[dict] = []
         self.phys: dict[str, str] = {}
+        self.down_links: set[frozenset[str]] = set()
         self.bringup_s = self.teardown_s = None
         self.leftovers: list[str] = []
         self.t0_ns = 0
@@ -177,6 +178,14 @@ class Lab:
         for vm, host in self.phys.items():
             self.cgroups.create_vm(host, vm)
             self.clocks.add_vm(vm, host)
+
+    def reroute(self) -> None:
+        """Recompute ECMP routes without the links that are down and install them on every
+        router (the lab plays the fabric's routing protocol, converged at once)."""
+        self.routes = ecmp_routes(self.topo, self.down_links)
+        for node in self.net.switches:
+            if isinstance(node, Router):
+                node.install_routes(self.routes.get(node.name, []))
 
     def publish_state(self) -> None:
         """Write ``vms.json`` in the state directory: how ``nslab exec`` enters each VM."""

@@ -22,7 +22,7 @@ class ShapedIntf(Intf):
         self.index = self.node.ipr.link_lookup(ifname=self.name)[0]
         tc.shape(self.node.ipr, self.index, self.shaping)
         if loss:
-            tc.set_loss(self.node.netns, self.name, loss)
+            tc.set_drop(self.node.netns, self.name, loss)
         return result
 
     def delete(self) -> None:

@@ -6,6 +6,7 @@ list``), so ``ip netns exec`` and pyroute2 reach it, and a crashed lab is found 
 from __future__ import annotations
 
 import os
+import socket
 from typing import TYPE_CHECKING
 
 from mininet.node import Host, Node
@@ -105,13 +106,22 @@ class Router(LabNode):
                     f"net.ipv4.fib_multipath_hash_seed={lab.seed & 0xFFFFFFFF}")
 
     def start(self, controllers) -> None:
-        """Install the lab's ECMP routes for this router."""
-        for prefix, hops in self.lab.routes.get(self.name, []):
+        self.install_routes(self.lab.routes.get(self.name, []))
+
+    def install_routes(self, routes: list[tuple[str, list[str]]]) -> None:
+        """Make the static routes of this router exactly ``routes`` (prefix, next hops): the
+        lab plays the fabric's routing protocol, converged at once."""
+        for prefix, hops in routes:
             if len(hops) == 1:
                 self.ipr.route("replace", dst=prefix, gateway=hops[0])
             else:
                 self.ipr.route("replace", dst=prefix,
                                multipath=[{"gateway": h} for h in hops])
+        keep = {p for p, _ in routes}
+        for r in self.ipr.get_routes(family=socket.AF_INET, proto=4):  # RTPROT_STATIC
+            dst = f"{r.get_attr('RTA_DST')}/{r['dst_len']}"
+            if dst not in keep:
+                self.ipr.route("del", dst=dst)
 
     def stop(self, deleteIntfs: bool = False) -> None:
         """Nothing to stop: the namespace and its links go with ``terminate``."""

@@ -127,7 +127,7 @@ def _netem(p: LinkParams) -> dict:
 
 
 def shape(ipr: IPRoute, index: int, p: LinkParams) -> None:
-    """Install the egress qdiscs of ``p`` on interface ``index`` (loss is separate: ``set_loss``).
+    """Install the egress qdiscs of ``p`` on interface ``index`` (loss is separate: ``set_drop``).
 
     Raises:
         NetlinkError: the kernel refused (e.g. netem missing; ``require`` checks that first).
@@ -183,20 +183,23 @@ def qdisc_stats(ipr: IPRoute, index: int) -> dict[str, int]:
                           "backlog_packets"), 0)
 
 
-def set_loss(netns: str, ifname: str, percent: float) -> None:
+def set_drop(netns: str, ifname: str, percent: float, tag: str = "loss") -> None:
     """Drop ``percent`` % of the packets arriving on ``ifname`` (nftables ``numgen random``,
-    table ``netdev nslab`` of namespace ``netns``); 0 removes the rule.
+    chain ``<tag>_<ifname>`` of table ``netdev nslab`` in namespace ``netns``); 0 removes the
+    chain. Tags keep independent causes apart (``loss`` of the link, ``pause`` of a VM).
 
     Raises:
         LabError: nft failed (message included).
     """
-    chain = "loss_" + re.sub(r"[^A-Za-z0-9_]", "_", ifname)
+    chain = f"{tag}_" + re.sub(r"[^A-Za-z0-9_]", "_", ifname)
     threshold = round(percent * 10_000)  # out of 1e6
     script = [f"add table netdev nslab",
               f'add chain netdev nslab {chain} {{ type filter hook ingress device "{ifname}" '
               "priority 0; }",
               f"flush chain netdev nslab {chain}"]
-    if threshold > 0:
+    if threshold >= 1_000_000:
+        script.append(f"add rule netdev nslab {chain} counter drop")
+    elif threshold > 0:
         script.append(f"add rule netdev nslab {chain} numgen random mod 1000000 < {threshold} "
                       "counter drop")
     else:

@@ -18,8 +18,12 @@ def routers(topo: Topo) -> list[str]:
     return [n for n in topo.nodes() if topo.nodeInfo(n).get("role") in ROUTER_ROLES]
 
 
-def ecmp_routes(topo: Topo) -> dict[str, list[tuple[str, list[str]]]]:
+def ecmp_routes(topo: Topo, down: set[frozenset[str]] | None = None
+                ) -> dict[str, list[tuple[str, list[str]]]]:
     """Routes per router: ``{router: [(prefix, [next-hop IPv4, ...]), ...]}``.
+
+    ``down`` holds links (``frozenset({a, b})``) to leave out, as a routing protocol would
+    after a link failure; a prefix a router can no longer reach is absent from its list.
 
     Next hops are the neighbour's address on the connecting /31 (``params`` ``ip`` of the link
     end), sorted. Subnets a router originates itself are connected routes and not listed.
@@ -30,7 +34,7 @@ def ecmp_routes(topo: Topo) -> dict[str, list[tuple[str, list[str]]]]:
     rset = set(routers(topo))
     adj: dict[str, dict[str, str]] = {r: {} for r in rset}  # r -> {neighbour: neighbour's ip}
     for a, b, info in topo.links(withInfo=True):
-        if a in rset and b in rset:
+        if a in rset and b in rset and frozenset((a, b)) not in (down or set()):
             ip_a = info.get("params1", {}).get("ip")
             ip_b = info.get("params2", {}).get("ip")
             if not ip_a or not ip_b:
