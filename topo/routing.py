@@ -2,7 +2,10 @@
 
 Every router that originates ``subnets`` (a leaf) is a destination; every other router gets a
 route to each of those subnets whose next hops are all neighbours on a shortest path (hop
-count), i.e. equal-cost multipath as a BGP/OSPF fabric would converge to.
+count), i.e. equal-cost multipath as a BGP/OSPF fabric would converge to. Paths are
+valley-free: a leaf never carries transit traffic between two of its uplinks (as with eBGP in
+a CLOS where all spines share one AS, RFC 7938), so after a leaf-spine failure that spine
+loses the route instead of detouring through another leaf.
 """
 from __future__ import annotations
 
@@ -48,20 +51,25 @@ def ecmp_routes(topo: Topo, down: set[frozenset[str]] | None = None
         subnets = topo.nodeInfo(dst).get("subnets") or []
         if not subnets:
             continue
-        dist = _bfs(adj, dst)
+        transit = {r for r in rset if topo.nodeInfo(r).get("role") != "leaf"} | {dst}
+        dist = _bfs(adj, dst, transit)
         for r in sorted(rset):
             if r == dst or r not in dist:
                 continue
-            hops = sorted(ip for nb, ip in adj[r].items() if dist.get(nb) == dist[r] - 1)
+            hops = sorted(ip for nb, ip in adj[r].items()
+                          if dist.get(nb) == dist[r] - 1 and nb in transit)
             routes[r] += [(prefix, hops) for prefix in subnets]
     return routes
 
 
-def _bfs(adj: dict[str, dict[str, str]], src: str) -> dict[str, int]:
+def _bfs(adj: dict[str, dict[str, str]], src: str, transit: set[str]) -> dict[str, int]:
+    """Hop counts from ``src``; only ``transit`` nodes are expanded."""
     dist = {src: 0}
     queue = deque([src])
     while queue:
         n = queue.popleft()
+        if n not in transit:
+            continue
         for nb in adj[n]:
             if nb not in dist:
                 dist[nb] = dist[n] + 1

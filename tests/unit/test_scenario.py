@@ -1,0 +1,116 @@
+"""Scenario validation: every error names the file, the field path and what was expected."""
+import textwrap
+
+import pytest
+
+from lab.errors import ScenarioError
+from lab.scenario import builtin_names, load
+
+GOOD = """
+name: t
+topology: {spines: 2, leaves: 2, vms_per_leaf: 2, host_bw: 100}
+placement: {vms_per_host: 2}
+"""
+
+
+def write(tmp_path, text, name="s.yaml"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return str(p)
+
+
+def errors_of(path):
+    with pytest.raises(ScenarioError) as exc:
+        load(path)
+    assert exc.value.source == path
+    assert "nothing was built" in str(exc.value)
+    return dict(exc.value.errors)
+
+
+def test_builtins_are_valid():
+    assert "quickstart" in builtin_names()
+    for name in builtin_names():
+        sc, topo = load(name)
+        assert topo.hosts()
+
+
+def test_good_scenario_builds_topology(tmp_path):
+    sc, topo = load(write(tmp_path, GOOD))
+    assert len(topo.hosts()) == 4
+    assert {topo.nodeInfo(v)["phys"] for v in topo.hosts()} == {"phys1", "phys2"}
+
+
+def test_unknown_field(tmp_path):
+    errs = errors_of(write(tmp_path, GOOD + "topology_extra: 1\n"))
+    assert errs == {"topology_extra": "unknown field"}
+
+
+def test_nested_unknown_field_and_negative_rate_reported_together(tmp_path):
+    text = """
+    name: t
+    topology: {spines: 2, host_bw: -5, colour: red}
+    """
+    errs = errors_of(write(tmp_path, text))
+    assert errs["topology.colour"] == "unknown field"
+    assert "greater than 0" in errs["topology.host_bw"]
+
+
+def test_vm_on_missing_host(tmp_path):
+    text = GOOD + """
+faults:
+  - {at_s: 1, kind: migrate, vm: vm1, to: phys9}
+  - {at_s: 1, kind: cpu_hog, vm: vm99}
+hosts:
+  overrides: {phys7: {cpu_cores: 1}}
+"""
+    errs = errors_of(write(tmp_path, text))
+    assert "no physical host 'phys9'" in errs["faults[0].to"]
+    assert "no VM 'vm99'" in errs["faults[1].vm"]
+    assert "phys7" in errs["hosts.overrides.phys7"]
+
+
+def test_fault_needs_its_arguments(tmp_path):
+    text = GOOD + "faults:\n  - {at_s: 1, kind: loss, link: [leaf1, spine1]}\n"
+    assert "needs percent" in errors_of(write(tmp_path, text))["faults[0]"]
+
+
+def test_faults_name_real_links(tmp_path):
+    text = GOOD + """
+faults:
+  - {at_s: 2, kind: link_down, link: [leaf1, leaf2]}
+  - {at_s: 3, kind: rate, link: [leaf1, spine1], mbit: 10}
+"""
+    errs = errors_of(write(tmp_path, text))
+    assert "no link between leaf1 and leaf2" in errs["faults[0].link"]
+    assert "without a bw" in errs["faults[1].link"]
+
+
+def test_bad_link_values(tmp_path):
+    errs = errors_of(write(tmp_path, "name: t\ntopology: {link: {delay: fast, loss: 120}}\n"))
+    assert "less than or equal to 100" in errs["topology.link.loss"]
+    errs = errors_of(write(tmp_path, "name: t\ntopology: {link: {delay: fast}}\n"))
+    assert "expected a number with a unit" in errs["topology.link"]
+
+
+def test_bad_yaml_and_missing_file(tmp_path):
+    errs = errors_of(write(tmp_path, "name: [unclosed\n"))
+    assert "not valid YAML" in errs[""]
+    with pytest.raises(ScenarioError, match="no such file"):
+        load(str(tmp_path / "absent.yaml"))
+
+
+def test_custom_mininet_topology_file(tmp_path):
+    (tmp_path / "mytopo.py").write_text(textwrap.dedent("""
+        from mininet.topo import Topo
+        class Star(Topo):
+            def build(self, n=3):
+                s = self.addSwitch('s1')
+                for i in range(1, n + 1):
+                    self.addLink(self.addHost(f'h{i}'), s)
+        topos = {'star': Star}
+    """))
+    path = write(tmp_path, "name: t\ntopology: {kind: custom, file: mytopo.py, name: star, "
+                           "args: {n: 4}}\nplacement: {vms_per_host: 2}\n")
+    sc, topo = load(path)
+    assert sorted(topo.hosts()) == ["h1", "h2", "h3", "h4"]
+    assert {topo.nodeInfo(h)["phys"] for h in topo.hosts()} == {"phys1", "phys2"}
