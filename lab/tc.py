@@ -177,7 +177,7 @@ def qdisc_stats(ipr: IPRoute, index: int) -> dict[str, int]:
         st = q.get_attr("TCA_STATS")
         if q["parent"] == 0xFFFFFFFF and st is not None:
             return {"sent_bytes": st["bytes"], "sent_packets": st["packets"],
-                    "drops": st["drops"], "overlimits": st["overlimits"],
+                    "drops": st["drop"], "overlimits": st["overlimits"],
                     "backlog_packets": st["qlen"]}
     return dict.fromkeys(("sent_bytes", "sent_packets", "drops", "overlimits",
                           "backlog_packets"), 0)

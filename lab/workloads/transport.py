@@ -1,0 +1,678 @@
+"""The TCP mesh between the ranks of a collective job.
+
+Every pair of ranks shares ``conns_per_peer`` TCP connections. The higher rank connects, the
+lower rank accepts, so the mesh forms without deadlock whatever order the workers start in;
+a connector retries refused connections until the connect timeout (peers start at different
+times). Each new connection carries a 20-byte hello both ways (magic ``NSLB``, version, world
+size, rank, connection index, 8-byte job key), so a worker never talks to another job's rank.
+
+Transfers are byte copies between numpy buffers: ``Mesh.exchange`` progresses any set of sends
+and receives to several peers at once on non-blocking sockets (``selectors``), so a ring step
+that sends right while receiving left cannot deadlock on full socket buffers. With several
+connections per peer, a message of n bytes is cut into ``conns_per_peer`` contiguous parts
+(part c is bytes ``[c*n//k, (c+1)*n//k)``) sent in parallel, one per connection; both ends cut
+the same way, so no framing is needed. Messages between two ranks arrive in the order they were
+posted. Every wait is bounded by the mesh's deadline.
+
+Path hints (both off by default), for load balancers that steer flows by their 5-tuple or DSCP:
+
+* source port: the connection c from rank r to a lower rank p is bound to local port
+  ``src_port_base + (r * world + p) * conns_per_peer + c`` (unique per job, so several ranks
+  can share one address);
+* DSCP: connection c is marked with ``dscp[c % len(dscp)]`` (``IP_TOS``/``IPV6_TCLASS`` =
+  DSCP << 2) on both of its ends.
+
+Sources: the hello/mesh design follows the bootstrap of NCCL and gloo (full TCP mesh, lower
+rank listens); ``socket(7)``, ``tcp(7)`` and ``ip(7)`` (``IP_TOS``) man pages.
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import selectors
+import socket
+import struct
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from lab.workloads.errors import (
+    ConfigError,
+    JobTimeoutError,
+    PeerLostError,
+    PeerUnreachableError,
+)
+
+_HELLO = struct.Struct("!4sBBHHH8s")
+_MAGIC = b"NSLB"
+_VERSION = 1
+_RETRY_S = 0.05
+_LOST_ERRNOS = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``"host:port"`` or ``"[v6addr]:port"`` -> ``(host, port)``.
+
+    Raises:
+        ValueError: no port, or a port outside 0..65535.
+    """
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"address {text!r} is not host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        p = int(port)
+    except ValueError:
+        raise ValueError(f"address {text!r}: port {port!r} is not a number") from None
+    if not 0 <= p <= 65535:
+        raise ValueError(f"address {text!r}: port {p} is outside 0..65535")
+    return host, p
+
+
+def format_address(host: str, port: int) -> str:
+    """Inverse of ``parse_address`` (brackets IPv6 literals)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def job_key(job_id: str) -> bytes:
+    """The 8-byte key of a job name carried in the hello (SHA-256 prefix)."""
+    return hashlib.sha256(job_id.encode()).digest()[:8]
+
+
+def split_bytes(nbytes: int, parts: int) -> list[tuple[int, int]]:
+    """Cut ``nbytes`` into ``parts`` contiguous ``(start, stop)`` ranges, sizes differing by at
+    most one byte (some empty when ``nbytes < parts``)."""
+    return [(c * nbytes // parts, (c + 1) * nbytes // parts) for c in range(parts)]
+
+
+@dataclass(frozen=True)
+class PathHints:
+    """Per-connection hints that make flows steerable (see the module docstring).
+
+    Attributes:
+        src_port_base: first local port of the connector side, or None for ephemeral ports.
+        dscp: DSCP code points (0..63) cycled over connection indices; empty for no marking.
+    """
+
+    src_port_base: int | None = None
+    dscp: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        for d in self.dscp:
+            if not 0 <= d <= 63:
+                raise ValueError(f"DSCP {d} is outside 0..63")
+        if self.src_port_base is not None and not 1 <= self.src_port_base <= 65535:
+            raise ValueError(f"source port base {self.src_port_base} is outside 1..65535")
+
+    def src_port(self, rank: int, peer: int, conn: int, world: int, conns: int) -> int | None:
+        """Local port of connection ``conn`` from ``rank`` to ``peer`` (None: ephemeral).
+
+        Raises:
+            ValueError: the port would exceed 65535.
+        """
+        if self.src_port_base is None:
+            return None
+        port = self.src_port_base + (rank * world + peer) * conns + conn
+        if port > 65535:
+            raise ValueError(f"source port base {self.src_port_base} too high: rank {rank} "
+                             f"-> {peer} connection {conn} would need port {port}")
+        return port
+
+    def tos(self, conn: int) -> int | None:
+        """The ``IP_TOS`` byte of connection ``conn`` (DSCP << 2), or None."""
+        return self.dscp[conn % len(self.dscp)] << 2 if self.dscp else None
+
+
+class _Link:
+    """One established TCP connection and the work queued on it by the current exchange."""
+
+    __slots__ = ("sock", "peer", "conn", "initiator", "sendq", "recvq", "mask")
+
+    def __init__(self, sock: socket.socket, peer: int, conn: int, initiator: bool):
+        self.sock = sock
+        self.peer = peer
+        self.conn = conn
+        self.initiator = initiator
+        self.sendq: deque[memoryview] = deque()
+        self.recvq: deque[memoryview] = deque()
+        self.mask = 0
+
+
+def _set_tos(sock: socket.socket, tos: int | None) -> None:
+    if tos is None:
+        return
+    if sock.family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, tos)
+    else:
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+
+
+def _byte_view(arr: np.ndarray) -> memoryview:
+    if not arr.flags.c_contiguous:
+        raise ValueError("transfer buffers must be C-contiguous")
+    return memoryview(arr.reshape(-1).view(np.uint8))
+
+
+class Mesh:
+    """TCP connections from one rank to every other rank of a job.
+
+    Args:
+        rank: this worker's rank, 0..world-1.
+        addresses: ``(host, port)`` or ``"host:port"`` of every rank, in rank order
+            (world = len(addresses)); this rank listens on ``addresses[rank]`` (port 0: any
+            free port, see ``listen``).
+        conns_per_peer: TCP connections between each pair of ranks (>= 1).
+        hints: path hints (source ports, DSCP); none by default.
+        job_id: job name; ranks of different jobs refuse each other.
+        connect_timeout: seconds ``connect`` may take (s).
+        deadline: ``time.monotonic()`` value after which every wait fails with
+            ``JobTimeoutError`` (None: no overall limit).
+
+    Raises:
+        ValueError: bad rank, world, address or hint.
+
+    Use as a context manager, or call ``close``. Not thread-safe: one thread per Mesh.
+    """
+
+    def __init__(self, rank: int, addresses: Sequence[str | tuple[str, int]], *,
+                 conns_per_peer: int = 1, hints: PathHints | None = None, job_id: str = "",
+                 connect_timeout: float = 10.0, deadline: float | None = None):
+        self.addresses = [parse_address(a) if isinstance(a, str) else (a[0], int(a[1]))
+                          for a in addresses]
+        self.world = len(self.addresses)
+        if self.world < 1:
+            raise ValueError("a job needs at least one rank")
+        if not 0 <= rank < self.world:
+            raise ValueError(f"rank {rank} is outside 0..{self.world - 1}")
+        if conns_per_peer < 1:
+            raise ValueError(f"conns_per_peer must be >= 1, not {conns_per_peer}")
+        self.rank = rank
+        self.conns_per_peer = conns_per_peer
+        self.hints = hints or PathHints()
+        for p in range(rank):
+            self.hints.src_port(rank, p, conns_per_peer - 1, self.world, conns_per_peer)
+        self.job_id = job_id
+        self.connect_timeout = connect_timeout
+        self.deadline = deadline
+        self._key = job_key(job_id)
+        self._links: dict[int, list[_Link]] = {}
+        self._listener: socket.socket | None = None
+        self._sel = selectors.DefaultSelector()
+        self._connected = False
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def __enter__(self) -> Mesh:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(graceful=exc_type is None)
+
+    def addr(self, peer: int) -> str:
+        """``host:port`` of rank ``peer`` (for messages)."""
+        return format_address(*self.addresses[peer])
+
+    def listen(self) -> tuple[str, int]:
+        """Bind and listen on this rank's address; returns the bound ``(host, port)``.
+
+        Raises:
+            OSError: the address cannot be bound (in use, not local).
+        """
+        if self._listener is None:
+            host, port = self.addresses[self.rank]
+            info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                      flags=socket.AI_PASSIVE)[0]
+            sock = socket.socket(info[0], socket.SOCK_STREAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(info[4])
+                sock.listen(max(128, self.world * self.conns_per_peer))
+                sock.setblocking(False)
+            except OSError:
+                sock.close()
+                raise
+            self._listener = sock
+            self.addresses[self.rank] = (host, sock.getsockname()[1])
+        return self.addresses[self.rank]
+
+    def _hello(self, conn: int) -> bytes:
+        return _HELLO.pack(_MAGIC, _VERSION, 0, self.world, self.rank, conn, self._key)
+
+    def _check_hello(self, data: bytes) -> tuple[int, int] | str:
+        """``(rank, conn)`` of a valid hello, else the reason it is not."""
+        magic, version, _, world, rank, conn, key = _HELLO.unpack(data)
+        if magic != _MAGIC or version != _VERSION:
+            return f"not an nslab worker (magic {magic!r}, version {version})"
+        if key != self._key:
+            return "a rank of another job"
+        if world != self.world:
+            return f"a rank of a {world}-rank job, this one has {self.world}"
+        if not 0 <= rank < self.world or not 0 <= conn < self.conns_per_peer:
+            return f"rank {rank} connection {conn}, out of range"
+        return rank, conn
+
+    def connect(self, addresses: Sequence[str | tuple[str, int]] | None = None) -> None:
+        """Establish all connections (listening first if ``listen`` was not called).
+
+        Args:
+            addresses: replace the peer addresses first (e.g. after every rank of an
+                in-process test listened on port 0); this rank's own entry is ignored.
+
+        Raises:
+            PeerUnreachableError: some connections were not established within
+                ``connect_timeout`` (``peers`` lists the ranks missing).
+            JobTimeoutError: the job deadline passed first.
+            ConfigError: a peer answered as another rank, or a source port is unusable.
+        """
+        if addresses is not None:
+            own = self.addresses[self.rank]
+            self.addresses = [parse_address(a) if isinstance(a, str) else (a[0], int(a[1]))
+                              for a in addresses]
+            if len(self.addresses) != self.world:
+                raise ValueError(f"{len(addresses)} addresses for a {self.world}-rank job")
+            self.addresses[self.rank] = own
+        self.listen()
+        try:
+            self._connect()
+        except BaseException:
+            self.close(graceful=False)
+            raise
+        self._connected = True
+
+    def _connect(self) -> None:
+        k = self.conns_per_peer
+        start = time.monotonic()
+        limit = start + self.connect_timeout
+        if self.deadline is not None:
+            limit = min(limit, self.deadline)
+        # outgoing: (peer, conn) -> [socket or None, next attempt time, last error, buffer]
+        out: dict[tuple[int, int], list] = {(p, c): [None, start, "not tried", b""]
+                                            for p in range(self.rank) for c in range(k)}
+        incoming = {(p, c) for p in range(self.rank + 1, self.world) for c in range(k)}
+        pending_in: dict[socket.socket, bytes] = {}
+        rejected: list[str] = []
+        sel = self._sel
+        assert self._listener is not None
+        sel.register(self._listener, selectors.EVENT_READ, ("listen", None))
+
+        def fail_out(key: tuple[int, int], why: str) -> None:
+            st = out[key]
+            if st[0] is not None:
+                sel.unregister(st[0])
+                st[0].close()
+            st[0], st[1], st[2], st[3] = None, time.monotonic() + _RETRY_S, why, b""
+
+        def attempt(key: tuple[int, int]) -> None:
+            peer, conn = key
+            host, port = self.addresses[peer]
+            try:
+                info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+            except OSError as e:
+                out[key][1:3] = [time.monotonic() + _RETRY_S, f"address lookup: {e}"]
+                return
+            sock = socket.socket(info[0], socket.SOCK_STREAM)
+            try:
+                _set_tos(sock, self.hints.tos(conn))
+                sport = self.hints.src_port(self.rank, peer, conn, self.world, k)
+                if sport is not None:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    sock.bind(("::" if info[0] == socket.AF_INET6 else "0.0.0.0", sport))
+            except OSError as e:
+                sock.close()
+                out[key][1:3] = [time.monotonic() + _RETRY_S, f"source port: {e}"]
+                return
+            sock.setblocking(False)
+            err = sock.connect_ex(info[4])
+            if err not in (0, errno.EINPROGRESS):
+                sock.close()
+                out[key][1:3] = [time.monotonic() + _RETRY_S, os.strerror(err)]
+                return
+            out[key][0] = sock
+            sel.register(sock, selectors.EVENT_WRITE, ("out", key))
+
+        try:
+            while any(st is not True for st in out.values()) or incoming:
+                now = time.monotonic()
+                if now >= limit:
+                    self._connect_failed(out, incoming, rejected, now - start)
+                wake = limit
+                for key, st in out.items():
+                    if st is not True and st[0] is None:
+                        if st[1] <= now:
+                            attempt(key)
+                        if st[0] is None:
+                            wake = min(wake, st[1])
+                for skey, ev in sel.select(max(0.0, wake - time.monotonic())):
+                    kind, key = skey.data
+                    sock = skey.fileobj
+                    if kind == "listen":
+                        self._accept_all(pending_in)
+                    elif kind == "in":
+                        self._read_hello_in(sock, pending_in, incoming, rejected)
+                    elif ev & selectors.EVENT_WRITE:
+                        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                        if err:
+                            fail_out(key, os.strerror(err))
+                            continue
+                        try:
+                            sock.sendall(self._hello(key[1]))
+                        except OSError as e:
+                            fail_out(key, str(e))
+                            continue
+                        sel.modify(sock, selectors.EVENT_READ, ("out", key))
+                    else:
+                        st = out[key]
+                        try:
+                            data = sock.recv(_HELLO.size - len(st[3]))
+                        except OSError as e:
+                            fail_out(key, str(e))
+                            continue
+                        if not data:
+                            fail_out(key, f"rank {key[0]} closed the connection during the "
+                                          "handshake (another job, or a world-size mismatch?)")
+                            continue
+                        st[3] += data
+                        if len(st[3]) < _HELLO.size:
+                            continue
+                        got = self._check_hello(st[3])
+                        if got != key:
+                            raise ConfigError(
+                                f"rank {self.rank}: {self.addr(key[0])} should be rank {key[0]} "
+                                f"(connection {key[1]}) of job {self.job_id!r} but answered as "
+                                f"{got if isinstance(got, str) else 'rank %d connection %d' % got}",
+                                peers=[key[0]])
+                        sel.unregister(sock)
+                        self._add_link(sock, key[0], key[1], initiator=True)
+                        out[key] = True
+        finally:
+            for skey in list(sel.get_map().values()):
+                sel.unregister(skey.fileobj)
+            for sock in pending_in:
+                sock.close()
+            for st in out.values():
+                if st is not True and st[0] is not None:
+                    st[0].close()
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
+
+    def _accept_all(self, pending_in: dict[socket.socket, bytes]) -> None:
+        assert self._listener is not None
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except BlockingIOError:
+                return
+            except OSError:
+                return
+            sock.setblocking(False)
+            pending_in[sock] = b""
+            self._sel.register(sock, selectors.EVENT_READ, ("in", None))
+
+    def _read_hello_in(self, sock: socket.socket, pending_in: dict[socket.socket, bytes],
+                       incoming: set[tuple[int, int]], rejected: list[str]) -> None:
+        def drop(why: str | None) -> None:
+            self._sel.unregister(sock)
+            del pending_in[sock]
+            sock.close()
+            if why:
+                rejected.append(why)
+
+        try:
+            data = sock.recv(_HELLO.size - len(pending_in[sock]))
+        except OSError:
+            drop(None)
+            return
+        if not data:
+            drop(None)
+            return
+        pending_in[sock] += data
+        if len(pending_in[sock]) < _HELLO.size:
+            return
+        got = self._check_hello(pending_in[sock])
+        try:
+            remote = format_address(*sock.getpeername()[:2])
+        except OSError:
+            remote = "?"
+        if isinstance(got, str):
+            drop(f"refused {remote}: {got}")
+            return
+        if got not in incoming:
+            drop(f"refused {remote}: unexpected rank {got[0]} connection {got[1]}")
+            return
+        try:
+            _set_tos(sock, self.hints.tos(got[1]))
+            sock.sendall(self._hello(got[1]))
+        except OSError:
+            drop(None)
+            return
+        self._sel.unregister(sock)
+        del pending_in[sock]
+        incoming.discard(got)
+        self._add_link(sock, got[0], got[1], initiator=False)
+
+    def _add_link(self, sock: socket.socket, peer: int, conn: int, initiator: bool) -> None:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        links = self._links.setdefault(peer, [None] * self.conns_per_peer)  # type: ignore[list-item]
+        links[conn] = _Link(sock, peer, conn, initiator)
+
+    def _connect_failed(self, out: dict, incoming: set, rejected: list[str],
+                        elapsed: float) -> None:
+        problems = []
+        peers = set()
+        for (peer, conn), st in sorted(out.items()):
+            if st is not True:
+                peers.add(peer)
+                problems.append(f"cannot connect to rank {peer} at {self.addr(peer)} "
+                                f"(connection {conn}: {st[2]})")
+        for peer in sorted({p for p, _ in incoming}):
+            peers.add(peer)
+            n = sum(1 for p, _ in incoming if p == peer)
+            problems.append(f"rank {peer} ({self.addr(peer)}) did not connect "
+                            f"({n} of {self.conns_per_peer} connections missing)")
+        if rejected:
+            problems.append("refused: " + "; ".join(rejected[:3]))
+        msg = (f"rank {self.rank}: mesh incomplete after {elapsed:.1f} s: "
+               + "; ".join(problems))
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise JobTimeoutError(msg + " (job timeout)", peers)
+        raise PeerUnreachableError(msg, peers)
+
+    # -- transfers ------------------------------------------------------------------------
+
+    def flows(self) -> list[dict]:
+        """The established connections: ``peer``, ``conn``, ``local``/``remote``
+        (``host:port``), ``initiator`` (this end connected) and ``dscp`` (or None)."""
+        rows = []
+        for peer in sorted(self._links):
+            for ln in self._links[peer]:
+                try:
+                    local = format_address(*ln.sock.getsockname()[:2])
+                    remote = format_address(*ln.sock.getpeername()[:2])
+                except OSError:
+                    local = remote = "?"
+                tos = self.hints.tos(ln.conn)
+                rows.append({"peer": peer, "conn": ln.conn, "local": local, "remote": remote,
+                             "initiator": ln.initiator,
+                             "dscp": None if tos is None else tos >> 2})
+        return rows
+
+    def sockets(self, peer: int) -> list[socket.socket]:
+        """The connections to ``peer``, by connection index (for inspection in tests)."""
+        return [ln.sock for ln in self._links[peer]]
+
+    def exchange(self, sends: Iterable[tuple[int, np.ndarray]] = (),
+                 recvs: Iterable[tuple[int, np.ndarray]] = (), label: str = "transfer") -> None:
+        """Send and receive concurrently; return when every transfer is complete.
+
+        Args:
+            sends: ``(peer, array)`` pairs; the array's bytes are sent to ``peer``.
+            recvs: ``(peer, array)`` pairs; ``array.nbytes`` bytes from ``peer`` are written
+                into ``array`` (C-contiguous, writable).
+            label: what the transfer is, for error messages (e.g. "all_reduce step 2").
+
+        Several messages to or from one peer are sent or matched in list order; the
+        receiver must post the same sizes in the same order. Empty arrays are skipped.
+
+        Raises:
+            PeerLostError: a connection closed or reset (``peers``: that rank).
+            JobTimeoutError: the deadline passed (``peers``: ranks with transfers pending).
+            ValueError: a peer is this rank or out of range, or a buffer is not contiguous.
+        """
+        if not self._connected:
+            raise RuntimeError("Mesh.connect() has not completed")
+        k = self.conns_per_peer
+        busy: dict[int, _Link] = {}
+        for items, is_send in ((sends, True), (recvs, False)):
+            for peer, arr in items:
+                if peer == self.rank or not 0 <= peer < self.world:
+                    raise ValueError(f"rank {self.rank} cannot transfer with rank {peer}")
+                if arr.nbytes == 0:
+                    continue
+                view = _byte_view(arr)
+                for ln, (a, b) in zip(self._links[peer], split_bytes(len(view), k)):
+                    if b > a:
+                        (ln.sendq if is_send else ln.recvq).append(view[a:b])
+                        busy[ln.sock.fileno()] = ln
+        if busy:
+            self._progress(busy, label)
+
+    def _progress(self, busy: dict[int, _Link], label: str) -> None:
+        sel = self._sel
+        try:
+            # one non-blocking pass first: small messages often complete without select()
+            for ln in list(busy.values()):
+                self._pump(ln, True, True, label)
+                if not ln.sendq and not ln.recvq:
+                    del busy[ln.sock.fileno()]
+            while busy:
+                for ln in busy.values():
+                    mask = ((selectors.EVENT_READ if ln.recvq else 0)
+                            | (selectors.EVENT_WRITE if ln.sendq else 0))
+                    if mask != ln.mask:
+                        if ln.mask:
+                            sel.modify(ln.sock, mask, ln)
+                        else:
+                            sel.register(ln.sock, mask, ln)
+                        ln.mask = mask
+                timeout = None
+                if self.deadline is not None:
+                    timeout = self.deadline - time.monotonic()
+                    if timeout <= 0:
+                        self._timed_out(busy, label)
+                for skey, ev in sel.select(timeout):
+                    ln = skey.data
+                    self._pump(ln, bool(ev & selectors.EVENT_READ),
+                               bool(ev & selectors.EVENT_WRITE), label)
+                    if not ln.sendq and not ln.recvq:
+                        sel.unregister(ln.sock)
+                        ln.mask = 0
+                        del busy[ln.sock.fileno()]
+        finally:
+            for ln in busy.values():
+                if ln.mask:
+                    sel.unregister(ln.sock)
+                    ln.mask = 0
+                ln.sendq.clear()
+                ln.recvq.clear()
+
+    def _pump(self, ln: _Link, readable: bool, writable: bool, label: str) -> None:
+        sock = ln.sock
+        try:
+            while writable and ln.sendq:
+                view = ln.sendq[0]
+                n = sock.send(view)
+                if n < len(view):
+                    ln.sendq[0] = view[n:]
+                    break
+                ln.sendq.popleft()
+            while readable and ln.recvq:
+                view = ln.recvq[0]
+                n = sock.recv_into(view)
+                if n == 0:
+                    self._lost(ln, label, "closed by the peer")
+                if n < len(view):
+                    ln.recvq[0] = view[n:]
+                    break
+                ln.recvq.popleft()
+        except (BlockingIOError, InterruptedError):
+            return
+        except _LOST_ERRNOS as e:
+            self._lost(ln, label, e.strerror or type(e).__name__)
+        except OSError as e:
+            self._lost(ln, label, e.strerror or str(e))
+
+    def _lost(self, ln: _Link, label: str, why: str) -> None:
+        raise PeerLostError(f"rank {self.rank}: connection {ln.conn} to rank {ln.peer} "
+                            f"({self.addr(ln.peer)}) {why} during {label}", [ln.peer])
+
+    def _timed_out(self, busy: dict[int, _Link], label: str) -> None:
+        pending: dict[int, list[int]] = {}
+        for ln in busy.values():
+            tot = pending.setdefault(ln.peer, [0, 0])
+            tot[0] += sum(len(v) for v in ln.sendq)
+            tot[1] += sum(len(v) for v in ln.recvq)
+        what = ", ".join(f"rank {p} ({s} B to send, {r} B to receive)"
+                         for p, (s, r) in sorted(pending.items()))
+        raise JobTimeoutError(f"rank {self.rank}: job timeout during {label}, waiting on {what}",
+                              pending)
+
+    # -- tear-down ------------------------------------------------------------------------
+
+    def close(self, graceful: bool = True, linger_s: float = 2.0) -> None:
+        """Close every connection. Idempotent.
+
+        With ``graceful``, accepted connections close at once and connected ones wait up to
+        ``linger_s`` (and never past the deadline) for the peer's close, so TCP's TIME_WAIT
+        stays on the accepting side and a fixed source port (path hint) is free for the next
+        job at once.
+        """
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        links = [ln for lns in self._links.values() for ln in lns if ln is not None]
+        self._links = {}
+        self._connected = False
+        for ln in links:
+            if ln.mask:
+                self._sel.unregister(ln.sock)
+                ln.mask = 0
+        waiting = []
+        for ln in links:
+            if graceful and ln.initiator:
+                waiting.append(ln.sock)
+            else:
+                ln.sock.close()
+        if waiting:
+            limit = time.monotonic() + linger_s
+            if self.deadline is not None:
+                limit = min(limit, self.deadline)
+            for sock in waiting:
+                self._sel.register(sock, selectors.EVENT_READ)
+            while waiting:
+                timeout = limit - time.monotonic()
+                if timeout <= 0:
+                    break
+                for skey, _ in self._sel.select(timeout):
+                    sock = skey.fileobj
+                    try:
+                        data = sock.recv(65536)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        data = b""
+                    if not data:
+                        self._sel.unregister(sock)
+                        sock.close()
+                        waiting.remove(sock)
+            for sock in waiting:
+                self._sel.unregister(sock)
+                sock.close()
+        self._sel.close()
+        self._sel = selectors.DefaultSelector()

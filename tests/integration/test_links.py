@@ -1,0 +1,98 @@
+"""Shaped links measured with real traffic: rate, queue limit, loss, ECMP and rerouting."""
+import math
+
+import pytest
+from traffic import iperf3
+
+from lab import tc
+from lab.capabilities import probe
+from lab.errors import CapabilityError
+from lab.lab import Lab, lab_netns
+from topo import LeafSpine
+
+
+def mbit(doc):
+    return doc["end"]["sum_received"]["bits_per_second"] / 1e6
+
+
+def test_rate_is_enforced_and_changes_at_run_time(make_lab):
+    lab = make_lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=2, host_bw=100), "it_rate")
+    vm1, vm2 = lab["vm1"], lab["vm2"]
+    # TCP goodput; HTB counts Ethernet headers, so 1448/1514 = 95.6 % is the ceiling
+    rate = mbit(iperf3(vm1, vm2, "-t", "3", "-O", "1"))
+    assert 90 <= rate <= 105, rate
+    lab.faults.rate("vm1", "leaf1", 50)
+    rate = mbit(iperf3(vm1, vm2, "-t", "3", "-O", "1"))
+    assert 0.85 * 50 <= rate <= 1.05 * 50, rate
+    assert lab.timeline[-1]["kind"] == "rate"
+
+
+def test_queue_limit_drops_under_overload(make_lab):
+    lab = make_lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=2, host_bw=20, host_queue=10),
+                   "it_queue")
+    vm1 = lab["vm1"]
+    intf = vm1.intf("vm1-eth0")
+    before = tc.qdisc_stats(vm1.ipr, intf.index)
+    doc = iperf3(vm1, lab["vm2"], "-u", "-b", "100M", "-t", "2")
+    after = tc.qdisc_stats(vm1.ipr, intf.index)
+    assert after["drops"] - before["drops"] > 100
+    assert doc["end"]["sum"]["lost_percent"] > 60  # 100 Mbit/s offered into 20 Mbit/s
+    # a deeper queue under the same load drops fewer packets per packet sent
+    lab.faults.queue("vm1", "leaf1", 1000)
+    assert "limit 1000p" in vm1.cmd("tc qdisc show dev vm1-eth0")
+
+
+def test_loss_rate_within_binomial_tolerance(make_lab):
+    lab = make_lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=2), "it_loss")
+    p = 0.10
+    lab.faults.loss("vm1", "leaf1", p * 100)
+    doc = iperf3(lab["vm1"], lab["vm2"], "-u", "-b", "4M", "-l", "200", "-t", "2")
+    s = doc["end"]["sum"]
+    n, lost = s["packets"], s["lost_packets"]
+    assert n > 3000
+    sigma = math.sqrt(p * (1 - p) / n)
+    assert abs(lost / n - p) < 4 * sigma, (lost, n)
+    lab.faults.loss("vm1", "leaf1", 0)
+    assert " 0% packet loss" in lab["vm1"].cmd("ping -c 20 -i 0.01 -q 10.1.2.2")
+
+
+def uplink_bytes(leaf):
+    out = {}
+    for intf in leaf.intfList():
+        if intf.link and "spine" in (intf.link.intf1.node.name + intf.link.intf2.node.name):
+            msg = leaf.ipr.get_links(intf.index)[0]
+            out[intf.name] = msg.get_attr("IFLA_STATS64")["tx_bytes"]
+    return out
+
+
+def spread(lab, flows=16):
+    before = uplink_bytes(lab["leaf1"])
+    iperf3(lab["vm1"], lab["vm2"], "-t", "2", "-P", str(flows))
+    after = uplink_bytes(lab["leaf1"])
+    delta = {k: after[k] - before[k] for k in after}
+    total = sum(delta.values())
+    return {k: v / total for k, v in delta.items()}
+
+
+def test_ecmp_spreads_flows_and_reroutes_around_a_down_link(make_lab):
+    lab = make_lab(LeafSpine(spines=2, leaves=2, vms_per_leaf=1, fabric_bw=200), "it_ecmp")
+    shares = spread(lab)
+    assert all(share > 0.1 for share in shares.values()), shares
+    lab.faults.link_down("leaf1", "spine1")
+    shares = spread(lab)
+    assert shares["leaf1-eth2"] < 0.01 and shares["leaf1-eth3"] > 0.99, shares
+    lab.faults.link_up("leaf1", "spine1")
+    shares = spread(lab)
+    assert all(share > 0.1 for share in shares.values()), shares
+
+
+def test_netem_parameters_need_netem():
+    topo = LeafSpine(spines=1, leaves=1, vms_per_leaf=2, link_opts={"delay": "5ms"})
+    if not probe()["netem"].ok:
+        with pytest.raises(CapabilityError, match="sch_netem"):
+            Lab(topo, name="it_netem").start()
+        assert lab_netns("it_netem") == []
+        return
+    with Lab(topo, name="it_netem") as lab:  # kernels with netem: the delay is real
+        rtt = lab["vm1"].cmd("ping -c 3 -q 10.1.2.2").split("/")[-3]
+        assert float(rtt) >= 4 * 5
