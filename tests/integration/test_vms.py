@@ -1,0 +1,103 @@
+"""VMs: CPU of shared physical hosts, clocks as the hypervisor publishes them, pause, migration."""
+import json
+import os
+import time
+
+from topo import LeafSpine
+
+PLACEMENT = {"vm1": "phys1", "vm2": "phys1", "vm3": "phys2"}
+
+
+def three_vms(make_lab, name, **kw):
+    topo = LeafSpine(spines=1, leaves=1, vms_per_leaf=3, vms_per_host=2, placement="explicit",
+                     explicit=PLACEMENT)
+    return make_lab(topo, name, **kw)
+
+
+LOOP = "python3 -c 'import time; t = time.perf_counter(); sum(range(4_000_000)); " \
+       "print(time.perf_counter() - t)'"
+
+
+def loop_s(vm) -> float:
+    return float(vm.cmd(LOOP).strip().splitlines()[-1])
+
+
+def test_noisy_neighbour_slows_a_vm_on_the_same_host_only(make_lab):
+    lab = three_vms(make_lab, "it_cpu", cpu_cores=0.5)
+    idle_same, idle_other = loop_s(lab["vm2"]), loop_s(lab["vm3"])
+    lab.faults.cpu_hog("vm1")
+    time.sleep(0.3)
+    busy_same, busy_other = loop_s(lab["vm2"]), loop_s(lab["vm3"])
+    lab.faults.cpu_hog("vm1", enable=False)
+    assert busy_same > 1.5 * idle_same, (idle_same, busy_same)
+    assert busy_other < 1.3 * idle_other, (idle_other, busy_other)
+    assert lab.cgroups.cpu_usage_ns("phys1", "vm1") > 0.1e9
+
+
+READ = ("python3 -c 'import json, time; from agents.clock import Clock; c = Clock(); "
+        "t = time.time_ns(); print(json.dumps([t, c.to_vm_ns(t), c.now_ns(), time.time_ns()]))'")
+
+
+def read_clock(vm):
+    return json.loads(vm.cmd(READ).strip().splitlines()[-1])
+
+
+def rate_ppm(vm, wait_s=1.0):
+    t1, v1, *_ = read_clock(vm)
+    time.sleep(wait_s)
+    t2, v2, *_ = read_clock(vm)
+    return ((v2 - v1) / (t2 - t1) - 1) * 1e6
+
+
+def test_clock_reads_agree_with_the_published_truth(make_lab):
+    lab = three_vms(make_lab, "it_clock")
+    spec = lab.clocks.specs["vm1"]
+    for _ in range(2):  # two processes of the same VM
+        t, v, now, t_after = read_clock(lab["vm1"])
+        assert abs((v - t) - spec.offset_at(t)) <= 1  # ns
+        assert spec.to_vm_ns(t) <= now <= spec.to_vm_ns(t_after)
+    assert abs(spec.offset_at(t)) > 0  # an offset was injected
+
+
+def test_same_host_same_frequency_other_host_differs(make_lab):
+    lab = three_vms(make_lab, "it_freq")
+    y1, y2, y3 = (rate_ppm(lab[vm]) for vm in ("vm1", "vm2", "vm3"))
+    truth = lab.clocks.truth()["oscillators"]
+    assert abs(truth["phys1"]["base_ppm"] - truth["phys2"]["base_ppm"]) > 1
+    assert abs(y1 - y2) < 0.01, (y1, y2)  # one oscillator (wander included)
+    assert abs(y1 - y3) > 0.5, (y1, y3)
+    assert abs(y1 - truth["phys1"]["base_ppm"]) < 0.25  # base drift + bounded wander
+
+
+def test_clock_step_and_migration(make_lab):
+    lab = three_vms(make_lab, "it_step")
+    t, v, *_ = read_clock(lab["vm3"])
+    before = v - t
+    lab.faults.clock_step("vm3", 5.0)
+    t, v, *_ = read_clock(lab["vm3"])
+    assert abs((v - t) - before - 5e6) < 0.05e6  # 5 ms step (plus < 50 us of drift)
+    lab.faults.migrate("vm3", "phys1")
+    assert abs(rate_ppm(lab["vm3"]) - rate_ppm(lab["vm1"])) < 0.01
+    shell_cgroups = open(f"/proc/{lab['vm3'].pid}/cgroup").read()
+    assert "/nslab-it_step/phys1/vm3" in shell_cgroups
+    assert [e["kind"] for e in lab.timeline] == ["clock_step", "migrate"]
+
+
+def test_pause_freezes_processes_and_silences_the_vm(make_lab):
+    lab = three_vms(make_lab, "it_pause")
+    counter = lab["vm2"].popen(["sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/nslab_it_pause; "
+                                            "sleep 0.05; done"])
+    try:
+        time.sleep(0.3)
+        lab.faults.pause("vm2")
+        frozen_at = open("/tmp/nslab_it_pause").read()
+        assert "100% packet loss" in lab["vm1"].cmd("ping -c 2 -W 1 10.1.2.2")
+        assert open("/tmp/nslab_it_pause").read() == frozen_at
+        lab.faults.resume("vm2")
+        assert " 0% packet loss" in lab["vm1"].cmd("ping -c 2 -W 1 10.1.2.2")
+        time.sleep(0.2)
+        assert open("/tmp/nslab_it_pause").read() != frozen_at
+    finally:
+        counter.kill()
+        counter.wait()
+        os.remove("/tmp/nslab_it_pause")

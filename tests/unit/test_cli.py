@@ -1,0 +1,34 @@
+"""The CLI in-process, without root: help, validation, and the not-root error."""
+import os
+
+import pytest
+
+from lab.cli.main import main
+
+
+def test_not_root_is_one_line_and_exit_2(monkeypatch, capsys):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    for cmd in (["doctor"], ["run"], ["clean"], ["up"]):
+        assert main(cmd) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == ["nslab: nslab needs root (network namespaces, tc, cgroups): run it with sudo"]
+
+
+def test_check_validates_without_root(monkeypatch, capsys):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert main(["run", "quickstart", "--check"]) == 0
+    assert "valid (8 VMs" in capsys.readouterr().out
+
+
+def test_unknown_scenario_exit_1(capsys):
+    assert main(["run", "no_such_scenario", "--check"]) == 1
+    assert "built-ins: quickstart" in capsys.readouterr().err
+
+
+def test_help_lists_commands(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for cmd in ("run", "up", "exec", "doctor", "clean"):
+        assert cmd in out
