@@ -80,14 +80,18 @@ def _probe_kernel() -> tuple[bool, str, bool, str]:
     return (*netem, *nft)
 
 
-@functools.lru_cache(maxsize=1)
 def probe() -> dict[str, Capability]:
-    """Probe everything once per process.
+    """Probe everything (once per process; later calls return the first result).
 
     Raises:
         NotRootError: not root (the kernel probes need it).
     """
     require_root()
+    return _probe()
+
+
+@functools.lru_cache(maxsize=1)
+def _probe() -> dict[str, Capability]:
     netem, netem_d, nft, nft_d = _probe_kernel()
     mode, ctls = cgroup_mode()
     caps = [

@@ -154,6 +154,8 @@ class Lab:
                                switch=fabric_node(self), link=ShapedLink, controller=None,
                                autoSetMacs=True, build=False, waitConnected=False)
             self.net.build()
+            for node in self.net.hosts + self.net.switches:
+                node.flush()
             self.net.start()
         except BaseException:
             self.stop()

@@ -15,15 +15,28 @@ class ShapedIntf(Intf):
     """One end of a shaped link; ``params`` (a ``tc.LinkParams``) is what it emulates now."""
 
     def config(self, bw=None, delay=None, jitter=None, loss=None, reorder=None,
-               max_queue_size=None, **params):
-        result = super().config(**params)
+               max_queue_size=None, ip=None, up=True, **params):
+        """Queue this end's address, state and emulation in its node's bring-up batch
+        (``LabNode.flush``) instead of one shell command each."""
         self.shaping = tc.LinkParams(bw, delay, jitter, loss, reorder, max_queue_size)
         self.shaping.validate()
-        self.index = self.node.ipr.link_lookup(ifname=self.name)[0]
-        tc.shape(self.node.ipr, self.index, self.shaping)
+        batch = self.node.batch
+        if ip:
+            self.ip, self.prefixLen = ip.split("/") if "/" in ip else (ip, "8")
+            batch["ip"].append(f"addr add {self.ip}/{self.prefixLen} dev {self.name}")
+        if self.shaping != tc.LinkParams():
+            batch["ip"].append(f"link set dev {self.name} gso_max_segs 1")
+        if up:
+            batch["ip"].append(f"link set dev {self.name} up")
+        batch["tc"] += tc.shape_commands(self.name, self.shaping)
         if loss:
-            tc.set_drop(self.node.netns, self.name, loss)
-        return result
+            batch["nft"] += tc.drop_commands(self.name, loss)
+        return {}
+
+    @property
+    def index(self) -> int:
+        """Interface index in its namespace."""
+        return self.node.ipr.link_lookup(ifname=self.name)[0]
 
     def delete(self) -> None:
         """The veth goes with its namespace; nothing to do one by one."""

@@ -13,6 +13,7 @@ from mininet.node import Host, Node
 from pyroute2 import netns
 
 from agents.clock import ENV_VAR
+from lab import tc
 from lab.errors import LabError
 from lab.netlink import attach_netns, ns_iproute, remove_netns
 from lab.names import netns_name
@@ -32,6 +33,7 @@ class LabNode(Node):
         self.lab = lab
         self.netns = netns_name(lab.name, name)
         self._ipr = None
+        self.batch: dict[str, list[str]] = {"ip": [], "tc": [], "nft": []}
         params["inNamespace"] = True
         super().__init__(name, **params)
         attach_netns(self.netns, self.pid)
@@ -44,6 +46,17 @@ class LabNode(Node):
         if self._ipr is None:
             self._ipr = ns_iproute(self.netns)
         return self._ipr
+
+    def flush(self) -> None:
+        """Run the queued bring-up lines (addresses, qdiscs, nftables) in one process per
+        tool.
+
+        Raises:
+            LabError: a line failed.
+        """
+        for tool in ("ip", "tc", "nft"):
+            tc.run_batch(self.netns, tool, self.batch[tool])
+            self.batch[tool] = []
 
     def sysctl(self, *assignments: str) -> None:
         """Set sysctls in this node's namespace (``key=value`` strings).

@@ -1,6 +1,9 @@
 """Link emulation on one interface: rate, queue limit, delay, jitter, reorder and loss.
 
 Mechanisms (all through netlink via pyroute2, so errors raise instead of being printed):
+Bring-up writes ``tc``/``ip``/``nft`` batch lines, one process per namespace and tool;
+run-time changes go through netlink (pyroute2) or a one-off nft batch.
+
     * rate: an HTB root ``1:`` with one class ``1:1`` (rate = ceil, burst = 1 ms of rate, at
       least 15 kB); see tc-htb(8).
     * queue limit (packets): the leaf ``10:`` is ``pfifo limit N`` (or netem's own ``limit``);
@@ -126,25 +129,30 @@ def _netem(p: LinkParams) -> dict:
     return kw
 
 
-def shape(ipr: IPRoute, index: int, p: LinkParams) -> None:
-    """Install the egress qdiscs of ``p`` on interface ``index`` (loss is separate: ``set_drop``).
-
-    Raises:
-        NetlinkError: the kernel refused (e.g. netem missing; ``require`` checks that first).
-    """
+def shape_commands(ifname: str, p: LinkParams) -> list[str]:
+    """``tc -batch`` lines that install ``p``'s egress emulation on ``ifname`` (bring-up runs
+    them per namespace in one process; run-time changes go through netlink below)."""
     if p.bw is None and not p.netem_fields() and p.max_queue_size is None:
-        return
-    ipr.link("set", index=index, gso_max_segs=1)
-    parent = ROOT
+        return []
+    lines, parent = [], "root"
     if p.bw is not None:
-        ipr.tc("add", "htb", index, ROOT, default=1)
-        ipr.tc("add-class", "htb", index, HTB_CLASS, parent=ROOT, **_htb_class(p.bw))
-        parent = HTB_CLASS
-    kw = {"parent": parent} if parent != ROOT else {}
+        c = _htb_class(p.bw)
+        lines += [f"qdisc add dev {ifname} root handle 1: htb default 1",
+                  f"class add dev {ifname} parent 1: classid 1:1 htb rate {c['rate']} "
+                  f"ceil {c['rate']} burst {c['burst']}b cburst {c['cburst']}b "
+                  f"quantum {c['quantum']}"]
+        parent = "parent 1:1"
     if p.netem_fields():
-        ipr.tc("add", "netem", index, LEAF, **kw, **_netem(p))
+        n = _netem(p)
+        opts = f"limit {n['limit']}"
+        if p.delay:
+            opts += f" delay {n['delay']}us" + (f" {n['jitter']}us" if p.jitter else "")
+        if p.reorder:
+            opts += f" reorder {p.reorder}%"
+        lines.append(f"qdisc add dev {ifname} {parent} handle 10: netem {opts}")
     elif p.max_queue_size is not None:
-        ipr.tc("add", "pfifo", index, LEAF, **kw, limit=p.max_queue_size)
+        lines.append(f"qdisc add dev {ifname} {parent} handle 10: pfifo limit {p.max_queue_size}")
+    return lines
 
 
 def set_rate(ipr: IPRoute, index: int, bw_mbit: float) -> None:
@@ -183,28 +191,41 @@ def qdisc_stats(ipr: IPRoute, index: int) -> dict[str, int]:
                           "backlog_packets"), 0)
 
 
-def set_drop(netns: str, ifname: str, percent: float, tag: str = "loss") -> None:
-    """Drop ``percent`` % of the packets arriving on ``ifname`` (nftables ``numgen random``,
-    chain ``<tag>_<ifname>`` of table ``netdev nslab`` in namespace ``netns``); 0 removes the
-    chain. Tags keep independent causes apart (``loss`` of the link, ``pause`` of a VM).
-
-    Raises:
-        LabError: nft failed (message included).
-    """
+def drop_commands(ifname: str, percent: float, tag: str = "loss") -> list[str]:
+    """nftables lines that drop ``percent`` % of the packets arriving on ``ifname``
+    (``numgen random``, chain ``<tag>_<ifname>`` of table ``netdev nslab``); 0 removes the
+    chain. Tags keep independent causes apart (``loss`` of the link, ``pause`` of a VM)."""
     chain = f"{tag}_" + re.sub(r"[^A-Za-z0-9_]", "_", ifname)
     threshold = round(percent * 10_000)  # out of 1e6
-    script = [f"add table netdev nslab",
-              f'add chain netdev nslab {chain} {{ type filter hook ingress device "{ifname}" '
-              "priority 0; }",
-              f"flush chain netdev nslab {chain}"]
+    lines = ["add table netdev nslab",
+             f'add chain netdev nslab {chain} {{ type filter hook ingress device "{ifname}" '
+             "priority 0; }",
+             f"flush chain netdev nslab {chain}"]
     if threshold >= 1_000_000:
-        script.append(f"add rule netdev nslab {chain} counter drop")
+        lines.append(f"add rule netdev nslab {chain} counter drop")
     elif threshold > 0:
-        script.append(f"add rule netdev nslab {chain} numgen random mod 1000000 < {threshold} "
-                      "counter drop")
+        lines.append(f"add rule netdev nslab {chain} numgen random mod 1000000 < {threshold} "
+                     "counter drop")
     else:
-        script.append(f"delete chain netdev nslab {chain}")
-    r = subprocess.run(["ip", "netns", "exec", netns, "nft", "-f", "-"], input="\n".join(script),
-                       capture_output=True, text=True)
+        lines.append(f"delete chain netdev nslab {chain}")
+    return lines
+
+
+def run_batch(netns: str, tool: str, lines: list[str]) -> None:
+    """Run ``tc``, ``ip`` or ``nft`` lines in namespace ``netns`` in one process.
+
+    Raises:
+        LabError: the tool failed (its message included).
+    """
+    if not lines:
+        return
+    argv = {"tc": ["tc", "-n", netns, "-batch", "-"], "ip": ["ip", "-n", netns, "-batch", "-"],
+            "nft": ["ip", "netns", "exec", netns, "nft", "-f", "-"]}[tool]
+    r = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True)
     if r.returncode != 0:
-        raise LabError(f"nftables loss on {netns}/{ifname} failed: {r.stderr.strip()}")
+        raise LabError(f"{tool} in {netns} failed: {r.stderr.strip()}")
+
+
+def set_drop(netns: str, ifname: str, percent: float, tag: str = "loss") -> None:
+    """Apply ``drop_commands`` now (run time)."""
+    run_batch(netns, "nft", drop_commands(ifname, percent, tag))

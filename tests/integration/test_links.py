@@ -19,7 +19,7 @@ def test_rate_is_enforced_and_changes_at_run_time(make_lab):
     lab = make_lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=2, host_bw=100), "it_rate")
     vm1, vm2 = lab["vm1"], lab["vm2"]
     # TCP goodput; HTB counts Ethernet headers, so 1448/1514 = 95.6 % is the ceiling
-    rate = mbit(iperf3(vm1, vm2, "-t", "3", "-O", "1"))
+    rate = mbit(iperf3(vm1, vm2, "-t", "4", "-O", "1"))
     assert 90 <= rate <= 105, rate
     lab.faults.rate("vm1", "leaf1", 50)
     rate = mbit(iperf3(vm1, vm2, "-t", "3", "-O", "1"))

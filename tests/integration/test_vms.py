@@ -94,6 +94,7 @@ def test_pause_freezes_processes_and_silences_the_vm(make_lab):
         assert "100% packet loss" in lab["vm1"].cmd("ping -c 2 -W 1 10.1.2.2")
         assert open("/tmp/nslab_it_pause").read() == frozen_at
         lab.faults.resume("vm2")
+        lab["vm1"].cmd("ping -c 1 -W 3 10.1.2.2")  # the leaf's ARP entry expired meanwhile
         assert " 0% packet loss" in lab["vm1"].cmd("ping -c 2 -W 1 10.1.2.2")
         time.sleep(0.2)
         assert open("/tmp/nslab_it_pause").read() != frozen_at
