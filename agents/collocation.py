@@ -1,0 +1,318 @@
+"""VM collocation from clock drift: VMs on one physical host share its oscillator.
+
+A VM's drift against a common reference is ``x_v(k) = y_h(v)(k) - y_ref(k) + noise`` per window
+k, with ``y_h`` the host's fractional frequency error (base drift plus a slow wander). For two
+VMs the reference cancels exactly in the pairwise difference::
+
+    d_ij(k) = x_i(k) - x_j(k) = y_h(i)(k) - y_h(j)(k) + noise_i(k) - noise_j(k)
+
+On one host ``d_ij`` is white noise around 0. On two hosts it carries the difference of base
+drifts (a constant) plus the difference of two independent wanders (slow: periods of many
+windows). Both live in the low frequencies of ``d_ij``; the noise is spread over all of them.
+So the test of "same host" projects ``d_ij`` on its lowest-frequency cosines (the constant
+included) and compares that energy with the noise: a chi-square test with few degrees of
+freedom, far more sensitive to a slow wander than comparing each window on its own. This is
+how hosts whose base drifts are equal or 0.05 ppm apart are told apart: their wanders do not
+correlate. (Correlating the differenced series ``x_i(k+1) - x_i(k)`` of two VMs directly
+would not work as well: every series also carries the reference's wander, which makes VMs of
+different hosts look correlated.)
+
+Source: the idea is Clockwork's (US 12,248,802; US 2023/0297405): co-located VMs share an
+oscillator, their drift series coincide, and candidate co-location sets come with a confidence.
+The grouping is agglomerative clustering on the p-values of that test between clusters' mean
+series; the confidence uses the Bayesian information criterion (G. Schwarz, "Estimating the
+dimension of a model", Annals of Statistics, 1978) to turn a test's evidence into a posterior
+probability.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import chdtrc  # chi-square survival function, a plain ufunc
+
+__all__ = ["MIN_WINDOWS", "Group", "group", "precision_recall"]
+
+MIN_WINDOWS = 3
+"""Fewest windows that two VMs must share before they can be grouped."""
+
+
+@dataclass
+class Group:
+    """VMs believed to share one physical host.
+
+    Attributes:
+        members: VM names, sorted.
+        confidence: 0..1, the posterior probability (equal priors, BIC approximation) of the
+            weakest decision behind the group: "same host" for a member against the rest of
+            the group, "different host" for the group against another group.
+    """
+
+    members: list[str]
+    confidence: float
+
+
+def _low_basis(rel: np.ndarray, min_period: float) -> np.ndarray:
+    """Orthonormal basis, shape (len(rel), k), of the k lowest DCT-II cosines over the span of
+    the window indices ``rel`` (sorted, rel[0] == 0), sampled at ``rel``;
+    ``k = min(n - 1, 1 + floor(2 * span / min_period))``."""
+    n = rel.size
+    span = int(rel[-1]) + 1
+    k = max(1, min(n - 1, 1 + int(2 * span // min_period)))
+    j = np.arange(k)
+    basis = np.cos(np.pi * (rel[:, None] + 0.5) * j[None, :] / span)
+    q, _ = np.linalg.qr(basis)
+    return q
+
+
+class _Bases:
+    """Low-frequency bases by sampling pattern (most pairs share one)."""
+
+    def __init__(self, min_period: float):
+        self.min_period = min_period
+        self._cache: dict[bytes, np.ndarray] = {}
+
+    def __call__(self, ok: np.ndarray) -> np.ndarray:
+        idx = np.flatnonzero(ok)
+        rel = idx - idx[0]
+        key = rel.tobytes()
+        q = self._cache.get(key)
+        if q is None:
+            q = self._cache[key] = _low_basis(rel, self.min_period)
+        return q
+
+
+@dataclass
+class _Cluster:
+    members: list[int]
+    total: np.ndarray   # (n_windows,) sum of the members' samples (NaN counted as 0)
+    count: np.ndarray   # (n_windows,) members with a sample
+
+    def merged(self, other: _Cluster) -> _Cluster:
+        return _Cluster(self.members + other.members, self.total + other.total,
+                        self.count + other.count)
+
+
+def _test_many(a: _Cluster, totals: np.ndarray, counts: np.ndarray, s2: float,
+               bases: _Bases) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Low-frequency chi-square of the difference of cluster ``a``'s mean series and each of L
+    others' (``totals``, ``counts``: shape (L, n_windows)).
+
+    Per window where both have data: ``z = (mean_a - mean_o) / sqrt(s2 * (1/n_a + 1/n_o))``,
+    white N(0, 1) if they share an oscillator. Returns arrays (L,) ``S = |Q^T z|^2`` (chi-square
+    with k dof under "same host"), ``k`` and ``n`` (windows used); ``S`` is NaN where fewer
+    than ``MIN_WINDOWS`` windows are shared."""
+    ok = (a.count > 0)[None, :] & (counts > 0)
+    n = ok.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = ((a.total / a.count)[None, :] - totals / counts) / np.sqrt(
+            s2 * (1.0 / a.count[None, :] + 1.0 / counts))
+    z = np.where(ok, z, 0.0)
+    stat = np.full(n.size, np.nan)
+    k = np.zeros(n.size, dtype=int)
+    patterns, inv = np.unique(ok, axis=0, return_inverse=True)
+    for u, pat in enumerate(patterns):
+        if int(pat.sum()) < MIN_WINDOWS:
+            continue
+        rows = np.flatnonzero(inv.reshape(-1) == u)
+        q = bases(pat)
+        coef = z[np.ix_(rows, np.flatnonzero(pat))] @ q
+        stat[rows] = np.einsum("ij,ij->i", coef, coef)
+        k[rows] = q.shape[1]
+    return stat, k, n
+
+
+def _test(a: _Cluster, b: _Cluster, s2: float, bases: _Bases) -> tuple[float, int, int] | None:
+    """``_test_many`` for one pair: ``(S, k, n)``, or None below ``MIN_WINDOWS``."""
+    stat, k, n = _test_many(a, b.total[None, :], b.count[None, :], s2, bases)
+    return None if np.isnan(stat[0]) else (float(stat[0]), int(k[0]), int(n[0]))
+
+
+def _p_values(stat: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Chi-square p-values; -1 where the test had too little data (never merged)."""
+    out = np.full(stat.size, -1.0)
+    good = ~np.isnan(stat)
+    out[good] = chdtrc(k[good], stat[good])
+    return out
+
+
+def _q_same(t: tuple[float, int, int] | None) -> float:
+    """BIC posterior (equal priors) of "same host" against k free low-frequency terms."""
+    if t is None:
+        return 0.5
+    s, k, n = t
+    return 1.0 / (1.0 + math.exp(min((s - k * math.log(n)) / 2.0, 700.0)))
+
+
+def _noise_floor(x: np.ndarray, finite: np.ndarray, bases: _Bases) -> float:
+    """Median over VMs of the energy per degree of freedom in the high frequencies of each
+    VM's own series (ppm^2), or 0 without enough data.
+
+    There a series holds its noise plus a little leakage of the (slow) wanders of its host and
+    of the reference: measured on the lab's oscillator model with 2 s windows, within a few
+    percent of the noise for 0.02 ppm and an excess of ~0.005 ppm for much smaller noise."""
+    per_vm = []
+    for i in range(x.shape[0]):
+        ok = finite[i]
+        n = int(ok.sum())
+        if n < MIN_WINDOWS:
+            continue
+        q = bases(ok)
+        if n - q.shape[1] < 1:
+            continue
+        v = x[i, ok]
+        coef = q.T @ v
+        per_vm.append(max(float(v @ v - coef @ coef), 0.0) / (n - q.shape[1]))
+    return float(np.median(per_vm)) if per_vm else 0.0
+
+
+def group(drift_series: dict[str, np.ndarray], sigma_ppm: float, *, alpha: float = 1e-5,
+          min_period_windows: float = 8.0) -> list[Group]:
+    """Group VMs whose drift series coincide (same oscillator, hence same physical host).
+
+    Test of "same host" for two sets of VMs (single VMs at first): over the windows where both
+    have data, the difference of their mean series, scaled by its noise
+    ``sigma * sqrt(1/n_a + 1/n_b)``, is projected on the ``k = 1 + floor(2 * span /
+    min_period_windows)`` (at most n - 1) lowest cosines of the span (DCT-II, constant
+    included); under "same host" that energy S is chi-square with k degrees of freedom.
+    Clustering is agglomerative: merge the two clusters with the largest p-value while it is
+    >= ``alpha``. Averaging a cluster's members lowers the noise, so a new VM is tested against
+    a host more sharply than against any one of its VMs. Sets sharing fewer than
+    ``MIN_WINDOWS`` windows are never merged.
+
+    ``sigma`` is ``max(sigma_ppm, s_hat)`` with ``s_hat`` the noise seen in the high
+    frequencies of the series, where a slow wander hardly reaches (see ``_noise_floor``): an
+    underestimated ``sigma_ppm`` would otherwise split true hosts. An overestimated one makes
+    close hosts merge.
+
+    Confidence: for a test with statistic S over n windows, the BIC posterior of "same host"
+    against "k free low-frequency terms" is ``q = 1 / (1 + exp((S - k ln n) / 2))``. A group's
+    confidence is the least of ``q`` of each member against the rest of its group and
+    ``1 - q`` of the group against each other group (0.5 for a test without enough data):
+    the weakest decision behind the group. It grows with the number of windows.
+
+    Args:
+        drift_series: ``{vm: shape (n_windows,) float}``, drift vs a common reference in ppm,
+            one sample per window, the same windows for every VM; NaN for a missing window.
+        sigma_ppm: one-sigma noise of one sample, ppm (> 0).
+        alpha: significance of each merge test: a same-host merge is refused with
+            probability alpha (a host of m VMs needs m - 1 merges, and the greedy order leaves
+            its most deviant VM last, so expect a false split per host at a few times
+            m * alpha). Smaller values merge close hosts more easily.
+        min_period_windows: shortest wander period (in windows) the test looks for; with 2 s
+            windows the default 8 covers periods >= 16 s (the lab draws 20-200 s).
+
+    Returns:
+        Groups (singletons included), members sorted, groups sorted by their first member.
+
+    Raises:
+        ValueError: series of different lengths or not 1-D, or ``sigma_ppm``/``alpha``/
+            ``min_period_windows`` out of range.
+    """
+    if not (np.isfinite(sigma_ppm) and sigma_ppm > 0):
+        raise ValueError(f"sigma_ppm must be finite and > 0, got {sigma_ppm}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if not min_period_windows >= 2:
+        raise ValueError(f"min_period_windows must be >= 2, got {min_period_windows}")
+    names = sorted(drift_series)
+    series = [np.asarray(drift_series[v], dtype=np.float64) for v in names]
+    if any(s.ndim != 1 for s in series):
+        raise ValueError("every drift series must be 1-D (one sample per window)")
+    lengths = {s.size for s in series}
+    if len(lengths) > 1:
+        raise ValueError(f"drift series differ in length: {sorted(lengths)}; "
+                         "they must cover the same windows")
+    nv = len(names)
+    if nv == 0:
+        return []
+    x = np.vstack(series)
+    finite = np.isfinite(x)
+    bases = _Bases(min_period_windows)
+    s2 = max(sigma_ppm ** 2, _noise_floor(x, finite, bases))
+    clusters = [_Cluster([i], np.where(finite[i], x[i], 0.0), finite[i].astype(np.float64))
+                for i in range(nv)]
+    # p-values between live clusters by id (a < b); ids nv.. are merged clusters
+    pv = np.full((2 * nv, 2 * nv), -np.inf)
+    live = dict(enumerate(clusters))
+
+    def score_against(cid: int, others: list[int]) -> None:
+        if others:
+            stat, k, _ = _test_many(live[cid], np.vstack([live[o].total for o in others]),
+                                    np.vstack([live[o].count for o in others]), s2, bases)
+            pv[others, cid] = _p_values(stat, k)
+
+    for j in range(1, nv):
+        score_against(j, list(range(j)))
+    next_id = nv
+    while len(live) > 1:
+        a, b = np.unravel_index(int(np.argmax(pv)), pv.shape)
+        if pv[a, b] < alpha:
+            break
+        merged = live.pop(int(a)).merged(live.pop(int(b)))
+        pv[[a, b], :] = -np.inf
+        pv[:, [a, b]] = -np.inf
+        live[next_id] = merged
+        score_against(next_id, [c for c in live if c != next_id])
+        next_id += 1
+    finals = list(live.values())
+    groups = []
+    for g in finals:
+        conf = 1.0
+        if len(g.members) > 1:
+            for i in g.members:
+                rest = [clusters[j] for j in g.members if j != i]
+                rest_c = rest[0]
+                for r in rest[1:]:
+                    rest_c = rest_c.merged(r)
+                conf = min(conf, _q_same(_test(clusters[i], rest_c, s2, bases)))
+        others = [h for h in finals if h is not g]
+        if others:
+            stat, k, n = _test_many(g, np.vstack([h.total for h in others]),
+                                    np.vstack([h.count for h in others]), s2, bases)
+            for t in zip(stat, k, n):
+                conf = min(conf, 1.0 - _q_same(None if np.isnan(t[0]) else t))
+        groups.append(Group(sorted(names[i] for i in g.members), float(conf)))
+    groups.sort(key=lambda gr: gr.members)
+    return groups
+
+
+def _pairs(groups: list[list[str]], what: str) -> set[frozenset[str]]:
+    seen: set[str] = set()
+    out: set[frozenset[str]] = set()
+    for g in groups:
+        for v in g:
+            if v in seen:
+                raise ValueError(f"{what}: VM {v!r} appears in more than one group")
+            seen.add(v)
+        out.update(frozenset(p) for p in itertools.combinations(g, 2))
+    return out
+
+
+def precision_recall(groups: list[list[str]], truth: list[list[str]]) -> tuple[float, float]:
+    """Pairwise co-location precision and recall of ``groups`` against ``truth``.
+
+    A positive is an unordered pair of VMs placed in one group. ``precision = |P & T| / |P|``
+    and ``recall = |P & T| / |T|`` for predicted pairs P and true pairs T. When there is no
+    predicted pair, precision is 1.0 (no false claim was made); when there is no true pair,
+    recall is 1.0 (nothing was missed). So all-singleton predictions for all-singleton truth
+    score (1.0, 1.0). A VM absent from a list counts as a singleton there.
+
+    Args:
+        groups: predicted groups (lists of VM names), e.g. ``[g.members for g in group(...)]``.
+        truth: true groups (one list per physical host).
+
+    Returns:
+        (precision, recall), each in [0, 1].
+
+    Raises:
+        ValueError: a VM listed twice in ``groups`` or in ``truth``.
+    """
+    p = _pairs(groups, "groups")
+    t = _pairs(truth, "truth")
+    hit = len(p & t)
+    precision = hit / len(p) if p else 1.0
+    recall = hit / len(t) if t else 1.0
+    return precision, recall
