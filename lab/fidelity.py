@@ -2,7 +2,8 @@
 
 A background thread samples ``/proc/stat`` (proc(5)) every ``interval_s`` and keeps, per
 interval, the busy fraction of all CPUs (everything but idle and iowait) and the softirq
-fraction (where veth forwarding and qdiscs run). When the machine is saturated, timers fire
+fraction (where veth forwarding and qdiscs run), and the busiest core's busy fraction (one
+saturated core limits a single flow even when the machine as a whole is not). When the machine is saturated, timers fire
 late and packets queue in the kernel instead of in the emulated queues, so timing results
 are not trustworthy: the summary flags it.
 """
@@ -17,10 +18,11 @@ SATURATED_SHARE = 0.25     # ... and the run is flagged when >= 25 % of interval
 
 
 def read_cpu_times() -> np.ndarray:
-    """Aggregate CPU jiffies from /proc/stat: user nice system idle iowait irq softirq steal."""
+    """CPU jiffies from /proc/stat, shape (1 + cores, 8): row 0 is the aggregate, then one row
+    per core; columns user nice system idle iowait irq softirq steal."""
     with open("/proc/stat") as f:
-        fields = f.readline().split()
-    return np.array([int(x) for x in fields[1:9]], dtype=np.int64)
+        rows = [line.split() for line in f if line.startswith("cpu")]
+    return np.array([[int(x) for x in r[1:9]] for r in rows], dtype=np.int64)
 
 
 class FidelitySampler:
@@ -29,6 +31,7 @@ class FidelitySampler:
     def __init__(self, interval_s: float = 0.25):
         self.interval_s = interval_s
         self.busy: list[float] = []
+        self.core_busy: list[float] = []
         self.softirq: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="nslab-fidelity")
@@ -47,14 +50,17 @@ class FidelitySampler:
             cur = read_cpu_times()
             d = cur - prev
             prev = cur
-            total = d.sum()
-            if total <= 0:
+            total = d.sum(axis=1)
+            if (total <= 0).any():
                 continue
-            self.busy.append(float(1 - (d[3] + d[4]) / total))
-            self.softirq.append(float(d[6] / total))
+            busy = 1 - (d[:, 3] + d[:, 4]) / total
+            self.busy.append(float(busy[0]))
+            self.core_busy.append(float(busy[1:].max()))
+            self.softirq.append(float(d[0, 6] / total[0]))
 
     def summary(self) -> dict:
-        """``samples``, ``cpu_busy`` and ``softirq`` fractions (p50, max), ``saturated``."""
+        """``samples``, ``cpu_busy`` (all cores), ``busiest_core`` and ``softirq`` fractions
+        (p50, max), ``saturated`` (judged on all cores)."""
         if not self.busy:
             return {"samples": 0, "saturated": None}
         busy = np.array(self.busy)
@@ -62,6 +68,8 @@ class FidelitySampler:
         return {"samples": len(busy), "interval_s": self.interval_s,
                 "cpu_busy": {"p50": round(float(np.median(busy)), 3),
                              "max": round(float(busy.max()), 3)},
+                "busiest_core": {"p50": round(float(np.median(self.core_busy)), 3),
+                                 "max": round(float(max(self.core_busy)), 3)},
                 "softirq": {"p50": round(float(np.median(soft)), 3),
                             "max": round(float(soft.max()), 3)},
                 "saturated": bool(np.mean(busy >= SATURATED_BUSY) >= SATURATED_SHARE)}

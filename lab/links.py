@@ -24,7 +24,7 @@ class ShapedIntf(Intf):
         if ip:
             self.ip, self.prefixLen = ip.split("/") if "/" in ip else (ip, "8")
             batch["ip"].append(f"addr add {self.ip}/{self.prefixLen} dev {self.name}")
-        if self.shaping != tc.LinkParams():
+        if max_queue_size is not None or self.shaping.netem_fields():
             batch["ip"].append(f"link set dev {self.name} gso_max_segs 1")
         if up:
             batch["ip"].append(f"link set dev {self.name} up")

@@ -7,8 +7,9 @@ run-time changes go through netlink (pyroute2) or a one-off nft batch.
     * rate: an HTB root ``1:`` with one class ``1:1`` (rate = ceil, burst = 1 ms of rate, at
       least 15 kB); see tc-htb(8).
     * queue limit (packets): the leaf ``10:`` is ``pfifo limit N`` (or netem's own ``limit``);
-      GSO is turned off on shaped interfaces (``gso_max_segs 1``) so a "packet" in the queue is
-      one MTU-sized packet, as in a switch buffer.
+      GSO is turned off on such interfaces (``gso_max_segs 1``) so a "packet" in the queue is
+      one MTU-sized packet, as in a switch buffer. Rate-only links keep GSO: without it one
+      TCP flow tops out near 250 Mbit/s on a 2-core machine instead of ~945 at 1 Gbit/s.
     * delay / jitter / reorder: ``netem`` as the leaf ``10:`` (tc-netem(8)); needs ``sch_netem``.
     * loss (percent): nftables ``numgen random`` drop on the *ingress* of the receiving
       interface (table ``netdev nslab``), which works with and without netem; an egress-hook
