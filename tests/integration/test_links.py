@@ -49,7 +49,7 @@ def test_loss_rate_within_binomial_tolerance(make_lab):
     doc = iperf3(lab["vm1"], lab["vm2"], "-u", "-b", "4M", "-l", "200", "-t", "2")
     s = doc["end"]["sum"]
     n, lost = s["packets"], s["lost_packets"]
-    assert n > 3000
+    assert n > 1000, s
     sigma = math.sqrt(p * (1 - p) / n)
     assert abs(lost / n - p) < 4 * sigma, (lost, n)
     lab.faults.loss("vm1", "leaf1", 0)
