@@ -14,7 +14,7 @@ def three_vms(make_lab, name, **kw):
     return make_lab(topo, name, **kw)
 
 
-LOOP = "python3 -c 'import time; t = time.perf_counter(); sum(range(4_000_000)); " \
+LOOP = "python3 -c 'import time; t = time.perf_counter(); sum(range(8_000_000)); " \
        "print(time.perf_counter() - t)'"
 
 
@@ -29,7 +29,7 @@ def test_noisy_neighbour_slows_a_vm_on_the_same_host_only(make_lab):
     time.sleep(0.3)
     busy_same, busy_other = loop_s(lab["vm2"]), loop_s(lab["vm3"])
     lab.faults.cpu_hog("vm1", enable=False)
-    assert busy_same > 1.5 * idle_same, (idle_same, busy_same)
+    assert busy_same > 1.4 * idle_same, (idle_same, busy_same)  # fair share: 2x
     assert busy_other < 1.3 * idle_other, (idle_other, busy_other)
     assert lab.cgroups.cpu_usage_ns("phys1", "vm1") > 0.1e9
 
