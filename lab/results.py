@@ -77,6 +77,53 @@ def report(doc: dict) -> str:
         lines.append(f"  fidelity: CPU busy p50 {fid['cpu_busy']['p50']:.0%} max "
                      f"{fid['cpu_busy']['max']:.0%}, softirq max {fid['softirq']['max']:.0%}"
                      f"{'  SATURATED: timing results not trustworthy' if fid['saturated'] else ''}")
+    lines += _agents_report(doc)
     td = doc["teardown"]
     lines.append(f"  teardown: {'clean' if td['clean'] else 'LEFTOVERS ' + ', '.join(td['leftovers'])}")
     return "\n".join(lines)
+
+
+def _fmt(stats: dict, unit: str) -> str:
+    if not stats.get("n"):
+        return "no data"
+    return f"p50 {stats['p50']} p99 {stats['p99']} max {stats['max']} {unit}"
+
+
+def _agents_report(doc: dict) -> list[str]:
+    lines = []
+    if "agents" in doc:
+        lines.append(f"  agents: {doc['agents']['error']}")
+    sync = doc.get("sync")
+    if sync:
+        conv = f"{sync['converged_s']} s" if sync["converged_s"] is not None else "not reached"
+        lines += [f"  clock sync vs truth (reference {sync['reference']}, "
+                  f"{sync['windows']} windows; within {sync['converged_us']} us after {conv}):",
+                  f"    nslab (Huygens)  offset |err| {_fmt(sync['offset_error_us'], 'us')}",
+                  f"                     drift  |err| {_fmt(sync['drift_error_ppm'], 'ppm')}",
+                  f"    NTP-style        offset |err| "
+                  f"{_fmt(sync['baseline_ntp']['offset_error_us'], 'us')}",
+                  f"                     drift  |err| "
+                  f"{_fmt(sync['baseline_ntp']['drift_error_ppm'], 'ppm')}"]
+    owd = doc.get("owd_us")
+    if owd and owd["pairs"]:
+        vms = sorted({v for k in owd["pairs"] for v in k.split("->")},
+                     key=lambda v: (len(v), v))
+        lines.append("  one-way delay p50, us (row -> column):")
+        lines.append("    " + "".join(f"{v:>8s}" for v in ["", *vms]))
+        for a in vms:
+            cells = []
+            for b in vms:
+                p = owd["pairs"].get(f"{a}->{b}")
+                cells.append(f"{p['p50_us']:8.1f}" if p and p.get("p50_us") is not None
+                             else f"{'-':>8s}")
+            lines.append(f"    {a:>8s}" + "".join(cells))
+    col = doc.get("collocation")
+    if col:
+        found = ", ".join("{" + " ".join(g["members"]) + f"}} {g['confidence']:.2f}"
+                          for g in col["groups"] if len(g["members"]) > 1) or "none"
+        truth = ", ".join("{" + " ".join(g) + "}" for g in col["truth_groups"] if len(g) > 1)
+        lines += [f"  collocation: found {found}",
+                  f"               truth {truth or 'none'}",
+                  f"               precision {col['precision']} recall {col['recall']}, "
+                  f"held since {col['detected_after_s']} s"]
+    return lines

@@ -142,6 +142,19 @@ class FaultSpec(_Strict):
         return args
 
 
+class AgentsSpec(_Strict):
+    """The agent daemons (``python -m agents``): one per VM plus a coordinator."""
+
+    enabled: bool = False
+    rate: float = Field(20.0, gt=0, le=1000, description="coded probe pairs per second per peer")
+    window_s: float = Field(2.0, gt=0, description="estimation window, s")
+    max_peers: int = Field(16, gt=0, description="peers per agent (Huygens: 10-20)")
+    key: str | None = Field(None, pattern=r"^[0-9a-fA-F]{16,128}$",
+                            description="shared HMAC key (hex) for authenticated probes")
+    coordinator: str | None = Field(None, description="VM running the coordinator (default: "
+                                                      "the first VM)")
+
+
 class Scenario(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_]{0,15}$", description="also the lab name")
     description: str = ""
@@ -152,6 +165,7 @@ class Scenario(_Strict):
     hosts: HostsSpec = HostsSpec()
     clocks: ClocksSpec = ClocksSpec()
     faults: list[FaultSpec] = Field(default_factory=list)
+    agents: AgentsSpec = AgentsSpec()
 
 
 def builtin_names() -> list[str]:
@@ -281,6 +295,8 @@ def _cross_check(sc: Scenario, topo: Topo) -> list[tuple[str, str]]:
         if f.kind == "rate" and f.link and frozenset(f.link) in links:
             if "bw" not in _link_info(topo, *f.link):
                 errors.append((f"faults[{i}].link", "rate change on a link without a bw"))
+    if sc.agents.coordinator is not None and sc.agents.coordinator not in vms:
+        errors.append(("agents.coordinator", f"no VM {sc.agents.coordinator!r}"))
     for h in sc.hosts.overrides:
         if h not in hosts:
             errors.append((f"hosts.overrides.{h}", f"no physical host {h!r}"))

@@ -1,0 +1,119 @@
+"""Score what the agents estimated against the truth the lab injected (pure functions).
+
+The coordinator reports, per window, each VM's offset and drift relative to a reference VM at
+an instant ``t_ns`` read on the reference VM's clock (``agents/API.md``). The truth at that
+instant comes from the published clock segments (``agents.clock.ClockSpec``):
+
+    offset_truth = t_vm(t) - t_ref(t)                       (ns)
+    drift_truth  = (y_vm(t) - y_ref(t)) / (1 + y_ref(t))    (ppm, slope against the ref clock)
+
+where t is the true time at which the reference clock read ``t_ns``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from agents.clock import ClockSpec
+from agents.collocation import precision_recall
+
+
+def true_time(ref: ClockSpec, ref_ns: int) -> int:
+    """True time (ns) at which the reference clock reads ``ref_ns`` (fixed-point, < 1 ns)."""
+    t = ref_ns
+    for _ in range(3):
+        t = ref_ns - round(ref.offset_at(t))
+    return t
+
+
+def truth_at(clocks: dict[str, ClockSpec], reference: str, ref_ns: int) -> dict[str, tuple]:
+    """``{vm: (offset_ns, drift_ppm)}`` relative to ``reference`` at reference time ``ref_ns``."""
+    ref = clocks[reference]
+    t = true_time(ref, ref_ns)
+    y_ref = ref.frequency_ppm(t) * 1e-6
+    out = {}
+    for vm, spec in clocks.items():
+        y = spec.frequency_ppm(t) * 1e-6
+        out[vm] = (spec.offset_at(t) - ref.offset_at(t), (y - y_ref) / (1 + y_ref) * 1e6)
+    return out
+
+
+def _stats(errors: list[float], digits: int) -> dict:
+    if not errors:
+        return {"p50": None, "p99": None, "max": None, "n": 0}
+    a = np.abs(np.asarray(errors, dtype=float))
+    return {"p50": round(float(np.percentile(a, 50)), digits),
+            "p99": round(float(np.percentile(a, 99)), digits),
+            "max": round(float(a.max()), digits), "n": int(a.size)}
+
+
+def sync_section(history: list[dict], clocks: dict[str, ClockSpec], reference: str,
+                 start_true_ns: int, converged_us: float = 10.0,
+                 skip_windows: int = 1) -> dict:
+    """The results' ``sync`` section.
+
+    Args:
+        history: the coordinator's ``history`` entries (``t_ns``, ``vms`` with ``offset_ns``,
+            ``drift_ppm``, ``ntp_offset_ns``, ``ntp_drift_ppm``).
+        clocks: every VM's clock segments (truth).
+        reference: the coordinator's reference VM.
+        start_true_ns: when the agents started (true time), for ``converged_s``.
+        converged_us: the error bound that defines convergence.
+        skip_windows: first windows left out of the error statistics (start-up).
+
+    Returns:
+        ``offset_error_us``, ``drift_error_ppm`` (p50/p99/max/n of |error|) for nslab's
+        estimate and under ``baseline_ntp`` for the NTP-style one on the same probes;
+        ``converged_s``: seconds from ``start_true_ns`` to the first window from which every
+        later window has all |offset errors| <= ``converged_us`` (None if never).
+    """
+    per_window = []
+    for entry in history:
+        truth = truth_at(clocks, reference, int(entry["t_ns"]))
+        t_true = true_time(clocks[reference], int(entry["t_ns"]))
+        errs = {"off": [], "drift": [], "ntp_off": [], "ntp_drift": []}
+        for vm, est in entry["vms"].items():
+            if vm == reference or vm not in truth or est.get("offset_ns") is None:
+                continue
+            off, drift = truth[vm]
+            errs["off"].append((est["offset_ns"] - off) / 1e3)
+            errs["drift"].append(est["drift_ppm"] - drift)
+            if est.get("ntp_offset_ns") is not None:
+                errs["ntp_off"].append((est["ntp_offset_ns"] - off) / 1e3)
+                errs["ntp_drift"].append(est["ntp_drift_ppm"] - drift)
+        per_window.append((t_true, errs))
+    scored = per_window[skip_windows:]
+    pool = {k: [e for _, w in scored for e in w[k]] for k in ("off", "drift", "ntp_off",
+                                                                "ntp_drift")}
+    converged = None
+    for i, (t_true, _) in enumerate(per_window):
+        if all(w["off"] and max(abs(e) for e in w["off"]) <= converged_us
+               for _, w in per_window[i:]):
+            converged = round((t_true - start_true_ns) / 1e9, 2)
+            break
+    return {"reference": reference, "windows": len(per_window),
+            "offset_error_us": _stats(pool["off"], 3),
+            "drift_error_ppm": _stats(pool["drift"], 4),
+            "baseline_ntp": {"offset_error_us": _stats(pool["ntp_off"], 3),
+                             "drift_error_ppm": _stats(pool["ntp_drift"], 4)},
+            "converged_us": converged_us, "converged_s": converged}
+
+
+def truth_groups(phys: dict[str, str]) -> list[list[str]]:
+    """VMs grouped by physical host (every host, singletons included), sorted."""
+    groups: dict[str, list[str]] = {}
+    for vm, host in sorted(phys.items()):
+        groups.setdefault(host, []).append(vm)
+    return sorted(sorted(g) for g in groups.values())
+
+
+def collocation_section(groups: list[dict], phys: dict[str, str],
+                        detected_after_s: float | None) -> dict:
+    """The results' ``collocation`` section: the agents' groups against the truth."""
+    found = sorted(sorted(g["members"]) for g in groups)
+    truth = truth_groups(phys)
+    precision, recall = precision_recall(found, truth)
+    return {"groups": [{"members": sorted(g["members"]),
+                        "confidence": round(float(g["confidence"]), 3)}
+                       for g in sorted(groups, key=lambda g: sorted(g["members"]))],
+            "truth_groups": truth, "precision": round(precision, 3),
+            "recall": round(recall, 3), "detected_after_s": detected_after_s}
