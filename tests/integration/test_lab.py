@@ -38,3 +38,26 @@ def test_plain_mininet_topology_runs_on_bridges(make_lab):
     lab = make_lab(SingleSwitchTopo(k=3), "it_plain")
     assert lab.pingAll() == 0.0
     assert "br0" in lab["s1"].cmd("ip -o link show type bridge")
+
+
+def test_three_tier_fabric_with_pods(make_lab):
+    lab = make_lab(LeafSpine(spines=2, leaves=2, vms_per_leaf=1, pods=2, superspines=2),
+                   "it_pods")
+    assert lab.pingAll() == 0.0
+    # vm1 (pod 1) -> vm4 (pod 2): leaf, spine, super-spine, spine, leaf = 5 router hops
+    assert "ttl=59" in lab["vm1"].cmd("ping -c1 -W1 10.4.1.2")
+
+
+def test_cgroup_v2_without_cpu_controller_gives_a_clear_error():
+    """This machine's cgroup2 hierarchy has no cpu controller: v2 must say so."""
+    import pytest
+
+    from lab.cgroups import Cgroups
+    from lab.errors import CapabilityError
+    cg = Cgroups("it_v2", mode="v2")
+    try:
+        with pytest.raises(CapabilityError, match="'cpu' is not enabled"):
+            cg.create_host("phys1", cpu_cores=1.0)
+    finally:
+        cg.destroy()
+    assert cg.exists() == []
