@@ -56,7 +56,8 @@ class Oscillator:
         dt = dt_ns / _NS
         acc = self.base_ppm * dt_ns
         for a, p, ph in self.wander:
-            acc += a * p / (2 * math.pi) * (math.sin(2 * math.pi * dt / p + ph) - math.sin(ph)) * _NS
+            swing = math.sin(2 * math.pi * dt / p + ph) - math.sin(ph)
+            acc += a * p / (2 * math.pi) * swing * _NS
         return acc * 1e-6
 
 
@@ -125,7 +126,7 @@ class ClockSpec:
                            "segments": [asdict(s) for s in self.segments]}, indent=1)
 
     @classmethod
-    def from_json(cls, text: str) -> "ClockSpec":
+    def from_json(cls, text: str) -> ClockSpec:
         """Parse an ``nslab.clock/1`` document.
 
         Raises:

@@ -45,7 +45,8 @@ def main() -> None:
         f = fid.summary()
         print(f"{rate:11.0f} {got:10.1f} {got / rate:6.3f} "
               f"{doc['end']['sum_sent'].get('retransmits', 0):5d} "
-              f"{f['cpu_busy']['p50']:8.2f} {f['busiest_core']['max']:8.2f} {f['softirq']['max']:11.2f} {str(f['saturated']):>9s}")
+              f"{f['cpu_busy']['p50']:8.2f} {f['busiest_core']['max']:8.2f} "
+              f"{f['softirq']['max']:11.2f} {f['saturated']!s:>9s}")
 
 
 if __name__ == "__main__":

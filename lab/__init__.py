@@ -3,4 +3,4 @@
 from lab.errors import CapabilityError, LabError, NotRootError, ScenarioError
 from lab.lab import Lab
 
-__all__ = ["Lab", "LabError", "CapabilityError", "NotRootError", "ScenarioError"]
+__all__ = ["CapabilityError", "Lab", "LabError", "NotRootError", "ScenarioError"]

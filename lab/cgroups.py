@@ -113,7 +113,7 @@ class Cgroups:
         if "cpu" not in have:
             raise CapabilityError(f"cgroup v2: 'cpu' is not enabled for {path}; enable it in "
                                   "the parent's cgroup.subtree_control")
-        if os.path.basename(os.path.dirname(path)) == self.top or os.path.basename(path) == self.top:
+        if self.top in (os.path.basename(os.path.dirname(path)), os.path.basename(path)):
             want = " ".join(f"+{c}" for c in ("cpu", "cpuset") if c in have)
             _write(os.path.join(path, "cgroup.subtree_control"), want)
 
@@ -147,7 +147,8 @@ class Cgroups:
             CapabilityError: no freezer (v1 without the freezer controller).
         """
         if self.mode == "v2":
-            _write(os.path.join(self._ctl("cpu", phys, vm), "cgroup.freeze"), "1" if frozen else "0")
+            path = os.path.join(self._ctl("cpu", phys, vm), "cgroup.freeze")
+            _write(path, "1" if frozen else "0")
             return
         path = self._ctl("freezer", phys, vm)
         if path is None:

@@ -80,4 +80,4 @@ def clean(lab: str, dry_run: bool = False) -> list[str]:
     return done
 
 
-__all__ = ["clean", "labs_present", "lab_prefix"]
+__all__ = ["clean", "lab_prefix", "labs_present"]

@@ -67,7 +67,7 @@ def ns_http_get(ns: str, host: str, port: int, path: str, timeout: float = 3.0) 
 class AgentMesh:
     """The agent daemons of a running lab (``start``, ``state``, ``stop``)."""
 
-    def __init__(self, lab: "Lab", cfg: AgentConfig):
+    def __init__(self, lab: Lab, cfg: AgentConfig):
         self.lab, self.cfg = lab, cfg
         self.procs: dict[str, subprocess.Popen] = {}
         self.coordinator = None

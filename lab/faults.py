@@ -25,7 +25,7 @@ KINDS = ("link_down", "link_up", "flap", "loss", "rate", "queue", "cpu_hog", "pa
 class Faults:
     """Fault injection on a running ``Lab`` (``lab.faults``)."""
 
-    def __init__(self, lab: "Lab"):
+    def __init__(self, lab: Lab):
         self.lab = lab
         self.hogs: dict[str, object] = {}
         self.paused: set[str] = set()
@@ -173,7 +173,8 @@ class Faults:
         """
         node = self._vm(vm)
         if phys not in set(self.lab.phys.values()):
-            raise LabError(f"no physical host {phys!r}; hosts: {sorted(set(self.lab.phys.values()))}")
+            hosts = sorted(set(self.lab.phys.values()))
+            raise LabError(f"no physical host {phys!r}; hosts: {hosts}")
         if phys == node.phys:
             raise LabError(f"{vm} already runs on {phys}")
         if vm in self.paused:

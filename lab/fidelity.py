@@ -3,7 +3,8 @@
 A background thread samples ``/proc/stat`` (proc(5)) every ``interval_s`` and keeps, per
 interval, the busy fraction of all CPUs (everything but idle and iowait) and the softirq
 fraction (where veth forwarding and qdiscs run), and the busiest core's busy fraction (one
-saturated core limits a single flow even when the machine as a whole is not). When the machine is saturated, timers fire
+saturated core limits a single flow even when the machine as a whole is not). When the
+machine is saturated, timers fire
 late and packets queue in the kernel instead of in the emulated queues, so timing results
 are not trustworthy: the summary flags it.
 """
@@ -36,7 +37,7 @@ class FidelitySampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="nslab-fidelity")
 
-    def __enter__(self) -> "FidelitySampler":
+    def __enter__(self) -> FidelitySampler:
         self._thread.start()
         return self
 

@@ -106,7 +106,7 @@ class Lab:
     def vms(self) -> list[VM]:
         return list(self.net.hosts)
 
-    def pingAll(self, timeout: str = "1") -> float:  # noqa: N802 (Mininet's name)
+    def pingAll(self, timeout: str = "1") -> float:
         """Ping between all VM pairs; returns the loss percentage (Mininet's ``pingAll``)."""
         return self.net.pingAll(timeout=timeout)
 
@@ -126,7 +126,7 @@ class Lab:
         return ev
 
     # -- bring-up --------------------------------------------------------------------------
-    def __enter__(self) -> "Lab":
+    def __enter__(self) -> Lab:
         self.start()
         return self
 

@@ -15,8 +15,8 @@ from pyroute2 import netns
 from agents.clock import ENV_VAR
 from lab import tc
 from lab.errors import LabError
-from lab.netlink import attach_netns, ns_iproute, remove_netns
 from lab.names import netns_name
+from lab.netlink import attach_netns, ns_iproute, remove_netns
 from topo.routing import ROUTER_ROLES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -29,7 +29,7 @@ _COMMON_SYSCTL = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.dis
 class LabNode(Node):
     """A Mininet node whose namespace carries the lab's name prefix."""
 
-    def __init__(self, name: str, lab: "Lab", **params):
+    def __init__(self, name: str, lab: Lab, **params):
         self.lab = lab
         self.netns = netns_name(lab.name, name)
         self._ipr = None
@@ -88,7 +88,7 @@ class VM(LabNode, Host):
     """An emulated cloud VM: its processes run in its physical host's cgroup and see the VM
     clock through ``NSLAB_CLOCK``. Metadata: ``phys`` (physical host), ``leaf``."""
 
-    def __init__(self, name: str, lab: "Lab", phys: str, **params):
+    def __init__(self, name: str, lab: Lab, phys: str, **params):
         self.phys = phys
         self.clock_path = lab.clocks.path(name)
         super().__init__(name, lab=lab, **params)
@@ -110,7 +110,7 @@ class VM(LabNode, Host):
 class Router(LabNode):
     """A leaf, spine or super-spine: a Linux router with ECMP (L4 hash, fixed per-lab seed)."""
 
-    def __init__(self, name: str, lab: "Lab", role: str, **params):
+    def __init__(self, name: str, lab: Lab, role: str, **params):
         self.role = role
         super().__init__(name, lab=lab, **params)
         self.sysctl("net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
@@ -157,7 +157,7 @@ class Bridge(LabNode):
         """Nothing to stop: the namespace and its links go with ``terminate``."""
 
 
-def fabric_node(lab: "Lab"):
+def fabric_node(lab: Lab):
     """Mininet ``switch=`` factory: routers for router roles, bridges otherwise."""
     def make(name: str, role: str | None = None, **params):
         params.pop("listenPort", None)

@@ -79,7 +79,8 @@ def report(doc: dict) -> str:
                      f"{'  SATURATED: timing results not trustworthy' if fid['saturated'] else ''}")
     lines += _agents_report(doc)
     td = doc["teardown"]
-    lines.append(f"  teardown: {'clean' if td['clean'] else 'LEFTOVERS ' + ', '.join(td['leftovers'])}")
+    state = "clean" if td["clean"] else "LEFTOVERS " + ", ".join(td["leftovers"])
+    lines.append(f"  teardown: {state}")
     return "\n".join(lines)
 
 

@@ -105,24 +105,23 @@ def run(sc: Scenario, topo, source: str, name: str | None = None,
     caps = probe()
     lab = make_lab(sc, topo, name, progress)
     extra: dict = {}
-    with FidelitySampler() as sampler:
-        with lab:
-            placements = dict(lab.phys)
-            mesh = make_mesh(sc, lab)
+    with FidelitySampler() as sampler, lab:
+        placements = dict(lab.phys)
+        mesh = make_mesh(sc, lab)
+        if mesh is not None:
+            progress(f"starting agents in {len(lab.vms)} VMs")
+            mesh.start()
+            watcher = Watcher(lab, mesh)
+            watcher.start()
+        try:
+            play(lab, sc, progress)
+        finally:
             if mesh is not None:
-                progress(f"starting agents in {len(lab.vms)} VMs")
-                mesh.start()
-                watcher = Watcher(lab, mesh)
-                watcher.start()
-            try:
-                play(lab, sc, progress)
-            finally:
-                if mesh is not None:
-                    watcher.stop()
-                    mesh.stop()
-            if mesh is not None:
-                extra = agent_sections(lab, mesh, watcher)
-            progress("tearing down")
+                watcher.stop()
+                mesh.stop()
+        if mesh is not None:
+            extra = agent_sections(lab, mesh, watcher)
+        progress("tearing down")
     doc = results.document(sc, source, lab, caps, sampler.summary(), placements)
     doc.update(extra)
     return doc

@@ -35,7 +35,7 @@ _US = {"us": 1.0, "ms": 1e3, "s": 1e6}
 MIN_BURST = 15000
 
 
-def parse_time_us(text: str | float | int) -> float:
+def parse_time_us(text: str | float) -> float:
     """``"2ms"`` -> 2000.0 microseconds; a bare number means ms (Mininet passes it to tc as ms).
 
     Raises:
@@ -63,7 +63,7 @@ class LinkParams:
     max_queue_size: int | None = None
 
     @classmethod
-    def from_opts(cls, opts: dict) -> "LinkParams":
+    def from_opts(cls, opts: dict) -> LinkParams:
         """Pick the link keys out of Mininet-style options.
 
         Raises:

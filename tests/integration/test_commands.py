@@ -46,7 +46,7 @@ def test_run_writes_results_json(tmp_path):
                                                          "clock_step"]
     assert doc["truth"]["faults"][0]["t_s"] >= 0.5
     assert set(doc["truth"]["clocks"]["oscillators"]) == {"phys1", "phys2"}
-    assert doc["teardown"] == {"clean": True, "leftovers": [], "seconds": doc["teardown"]["seconds"]}
+    assert doc["teardown"]["clean"] is True and doc["teardown"]["leftovers"] == []
     for absent in ("sync", "owd_us", "collocation", "jobs"):  # later issues; never faked
         assert absent not in doc
 

@@ -85,7 +85,8 @@ def test_clock_step_and_migration(make_lab):
 
 def test_pause_freezes_processes_and_silences_the_vm(make_lab):
     lab = three_vms(make_lab, "it_pause")
-    counter = lab["vm2"].popen(["sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/nslab_it_pause; "
+    counter = lab["vm2"].popen(["sh", "-c", "i=0; while :; do i=$((i+1)); "
+                                            "echo $i > /tmp/nslab_it_pause; "
                                             "sleep 0.05; done"])
     try:
         time.sleep(0.3)

@@ -11,7 +11,8 @@ def test_not_root_is_one_line_and_exit_2(monkeypatch, capsys):
     for cmd in (["doctor"], ["run"], ["clean"], ["up"]):
         assert main(cmd) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert err == ["nslab: nslab needs root (network namespaces, tc, cgroups): run it with sudo"]
+        assert err == ["nslab: nslab needs root (network namespaces, tc, cgroups): "
+                       "run it with sudo"]
 
 
 def test_check_validates_without_root(monkeypatch, capsys):
