@@ -77,6 +77,10 @@ def report(doc: dict) -> str:
         lines.append(f"  fidelity: CPU busy p50 {fid['cpu_busy']['p50']:.0%} max "
                      f"{fid['cpu_busy']['max']:.0%}, softirq max {fid['softirq']['max']:.0%}"
                      f"{'  SATURATED: timing results not trustworthy' if fid['saturated'] else ''}")
+    for f in doc.get("load", []):
+        got = f"{f['mbit']} Mbit/s" if "mbit" in f else f"error: {f['error']}"
+        lines.append(f"  load {f['protocol']} {f['src']}->{f['dst']} at {f['at_s']} s for "
+                     f"{f['duration_s']} s: {got}")
     lines += _agents_report(doc)
     td = doc["teardown"]
     state = "clean" if td["clean"] else "LEFTOVERS " + ", ".join(td["leftovers"])

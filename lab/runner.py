@@ -11,6 +11,8 @@ from lab.clocks import ClockConfig
 from lab.daemons import AgentConfig, AgentMesh
 from lab.fidelity import FidelitySampler
 from lab.lab import Lab
+from lab.load import Flow, LoadRunner
+from lab.load import Flow, LoadRunner
 from lab.scenario import Scenario
 
 
@@ -113,14 +115,19 @@ def run(sc: Scenario, topo, source: str, name: str | None = None,
             mesh.start()
             watcher = Watcher(lab, mesh)
             watcher.start()
+        load = LoadRunner(lab, [Flow(port=5201 + i, **f.model_dump())
+                                for i, f in enumerate(sc.load)])
+        load.start()
         try:
             play(lab, sc, progress)
+            if sc.load:
+                extra["load"] = load.join(timeout_s=60)
         finally:
             if mesh is not None:
                 watcher.stop()
                 mesh.stop()
         if mesh is not None:
-            extra = agent_sections(lab, mesh, watcher)
+            extra.update(agent_sections(lab, mesh, watcher))
         progress("tearing down")
     doc = results.document(sc, source, lab, caps, sampler.summary(), placements)
     doc.update(extra)

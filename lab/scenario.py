@@ -142,6 +142,18 @@ class FaultSpec(_Strict):
         return args
 
 
+class LoadSpec(_Strict):
+    """Background iperf3 load from VM ``src`` to VM ``dst``."""
+
+    src: str
+    dst: str
+    at_s: float = Field(0.0, ge=0)
+    duration_s: float = Field(5.0, gt=0)
+    bw: float | None = Field(None, gt=0, description="Mbit/s (TCP: a cap; UDP: the rate)")
+    udp: bool = False
+    parallel: int = Field(1, gt=0, le=128, description="parallel streams (-P)")
+
+
 class AgentsSpec(_Strict):
     """The agent daemons (``python -m agents``): one per VM plus a coordinator."""
 
@@ -166,6 +178,7 @@ class Scenario(_Strict):
     clocks: ClocksSpec = ClocksSpec()
     faults: list[FaultSpec] = Field(default_factory=list)
     agents: AgentsSpec = AgentsSpec()
+    load: list[LoadSpec] = Field(default_factory=list)
 
 
 def builtin_names() -> list[str]:
@@ -295,6 +308,10 @@ def _cross_check(sc: Scenario, topo: Topo) -> list[tuple[str, str]]:
         if f.kind == "rate" and f.link and frozenset(f.link) in links:
             if "bw" not in _link_info(topo, *f.link):
                 errors.append((f"faults[{i}].link", "rate change on a link without a bw"))
+    for i, flow in enumerate(sc.load):
+        for end in ("src", "dst"):
+            if getattr(flow, end) not in vms:
+                errors.append((f"load[{i}].{end}", f"no VM {getattr(flow, end)!r}"))
     if sc.agents.coordinator is not None and sc.agents.coordinator not in vms:
         errors.append(("agents.coordinator", f"no VM {sc.agents.coordinator!r}"))
     for h in sc.hosts.overrides:

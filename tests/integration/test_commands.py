@@ -23,6 +23,8 @@ faults:
   - {at_s: 1.0, kind: cpu_hog, vm: vm1}
   - {at_s: 1.5, kind: link_up, link: [leaf1, spine1]}
   - {at_s: 2.0, kind: clock_step, vm: vm2, step_ms: 1}
+load:
+  - {src: vm1, dst: vm2, at_s: 0.2, duration_s: 1.5}
 """
 
 
@@ -42,9 +44,11 @@ def test_run_writes_results_json(tmp_path):
     assert doc["lab"]["bringup_s"] > 0 and len(doc["lab"]["vms"]) == 2
     assert doc["lab"]["capabilities"]["root"]["ok"] is True
     assert doc["lab"]["fidelity"]["samples"] > 3
-    assert [e["kind"] for e in doc["truth"]["faults"]] == ["link_down", "cpu_hog", "link_up",
-                                                         "clock_step"]
-    assert doc["truth"]["faults"][0]["t_s"] >= 0.5
+    kinds = [e["kind"] for e in doc["truth"]["faults"]]
+    assert [k for k in kinds if not k.startswith("load")] == ["link_down", "cpu_hog", "link_up",
+                                                              "clock_step"]
+    assert doc["load"][0]["protocol"] == "tcp" and 70 < doc["load"][0]["mbit"] <= 105
+    assert doc["truth"]["faults"][kinds.index("link_down")]["t_s"] >= 0.5
     assert set(doc["truth"]["clocks"]["oscillators"]) == {"phys1", "phys2"}
     assert doc["teardown"]["clean"] is True and doc["teardown"]["leftovers"] == []
     for absent in ("sync", "owd_us", "collocation", "jobs"):  # later issues; never faked

@@ -69,6 +69,11 @@ hosts:
     assert "phys7" in errs["hosts.overrides.phys7"]
 
 
+def test_load_names_real_vms(tmp_path):
+    text = GOOD + "load:\n  - {src: vm1, dst: vm7, duration_s: 2}\n"
+    assert "no VM 'vm7'" in errors_of(write(tmp_path, text))["load[0].dst"]
+
+
 def test_fault_needs_its_arguments(tmp_path):
     text = GOOD + "faults:\n  - {at_s: 1, kind: loss, link: [leaf1, spine1]}\n"
     assert "needs percent" in errors_of(write(tmp_path, text))["faults[0]"]

@@ -1,0 +1,108 @@
+"""Background load between VMs with iperf3 (iperf3(1)): a scenario element.
+
+Each flow runs ``iperf3 -s -1`` in the destination VM and ``iperf3 -c ... -J`` in the source
+VM for ``duration_s``; the results keep what iperf3 measured (receiver goodput in Mbit/s,
+retransmits for TCP, loss for UDP).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class Flow:
+    """One iperf3 flow: ``bw`` (Mbit/s; None = as fast as TCP goes), ``udp``, ``parallel``
+    streams, ``port`` (each concurrent flow needs its own)."""
+
+    src: str
+    dst: str
+    at_s: float
+    duration_s: float
+    bw: float | None = None
+    udp: bool = False
+    parallel: int = 1
+    port: int = 5201
+
+
+def client_argv(flow: Flow, dst_ip: str) -> list[str]:
+    """The iperf3 client command line of ``flow``."""
+    argv = ["iperf3", "-c", dst_ip, "-p", str(flow.port), "-t", str(flow.duration_s), "-J",
+            "-P", str(flow.parallel)]
+    if flow.udp:
+        argv += ["-u", "-b", f"{flow.bw or 100}M"]
+    elif flow.bw:
+        argv += ["-b", f"{flow.bw}M"]
+    return argv
+
+
+def summarize(flow: Flow, doc: dict) -> dict:
+    """Results entry of one flow from iperf3's JSON."""
+    out = {"src": flow.src, "dst": flow.dst, "at_s": flow.at_s, "duration_s": flow.duration_s,
+           "protocol": "udp" if flow.udp else "tcp", "requested_mbit": flow.bw}
+    if "error" in doc:
+        return {**out, "error": doc["error"]}
+    end = doc["end"]
+    if flow.udp:
+        s = end["sum"]
+        return {**out, "mbit": round(s["bits_per_second"] * (1 - s["lost_percent"] / 100) / 1e6,
+                                     3), "lost_percent": round(s["lost_percent"], 3)}
+    return {**out, "mbit": round(end["sum_received"]["bits_per_second"] / 1e6, 3),
+            "retransmits": end["sum_sent"].get("retransmits", 0)}
+
+
+class LoadRunner:
+    """Starts each flow at its time (in background threads) and collects the results."""
+
+    def __init__(self, lab, flows: list[Flow]):
+        self.lab, self.flows = lab, flows
+        self.results: list[dict] = []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        for flow in self.flows:
+            t = threading.Thread(target=self._run, args=(flow,), daemon=True,
+                                 name=f"nslab-iperf3-{flow.src}-{flow.dst}")
+            self._threads.append(t)
+            t.start()
+
+    def _run(self, flow: Flow) -> None:
+        wait = flow.at_s - self.lab.now_s()
+        if wait > 0:
+            time.sleep(wait)
+        src, dst = self.lab[flow.src], self.lab[flow.dst]
+        self.lab.stamp("load", f"{flow.src}->{flow.dst}", duration_s=flow.duration_s,
+                       mbit=flow.bw, udp=flow.udp)
+        server = dst.popen(["iperf3", "-s", "-1", "-p", str(flow.port)])
+        try:
+            doc = {"error": "iperf3 server did not start"}
+            for _ in range(20):  # until the server listens
+                client = src.popen(client_argv(flow, dst.IP()))
+                try:
+                    out, _ = client.communicate(timeout=flow.duration_s + 15)
+                except subprocess.TimeoutExpired:
+                    client.kill()
+                    out, _ = client.communicate()
+                doc = json.loads(out) if out.strip() else {"error": "iperf3 printed nothing"}
+                if "unable to connect" not in str(doc.get("error", "")):
+                    break
+                time.sleep(0.1)
+        finally:
+            server.kill()
+            server.wait()
+        entry = summarize(flow, doc)
+        with self._lock:
+            self.results.append(entry)
+        self.lab.stamp("load_done", f"{flow.src}->{flow.dst}", mbit=entry.get("mbit"))
+
+    def join(self, timeout_s: float) -> list[dict]:
+        """Wait for the flows (at most ``timeout_s`` in all); results in start order."""
+        deadline = time.monotonic() + timeout_s
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        order = {(f.src, f.dst, f.at_s): i for i, f in enumerate(self.flows)}
+        return sorted(self.results, key=lambda r: order.get((r["src"], r["dst"], r["at_s"]), 0))
