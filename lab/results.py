@@ -82,6 +82,22 @@ def report(doc: dict) -> str:
         lines.append(f"  load {f['protocol']} {f['src']}->{f['dst']} at {f['at_s']} s for "
                      f"{f['duration_s']} s: {got}")
     lines += _agents_report(doc)
+    for j in doc.get("jobs", []):
+        where = " ".join(j.get("placement", {}).get("vms", []))
+        shared = j.get("placement", {}).get("shared_host_ranks")
+        if j.get("error"):
+            lines.append(f"  job {j['name']} ({j['collective']}) on {where or '-'}: "
+                         f"ERROR {j['error']}")
+            continue
+        it = j["iteration_s"] or {}
+        lines.append(f"  job {j['name']} ({j['collective']}, {j['bytes']} B) on {where} "
+                     f"[{shared} ranks share a host]: completion {j['completion_s']:.3f} s, "
+                     f"iteration p50 {it.get('p50', 0):.4f} s, verified {j['verified']}")
+    cmp_ = doc.get("placement_comparison")
+    if cmp_:
+        lines.append(f"  collocation-aware placement: {cmp_['aware_s']:.3f} s vs naive "
+                     f"{cmp_['naive_s']:.3f} s (ratio {cmp_['ratio']}); avoided shared hosts: "
+                     f"{cmp_['aware_avoided_shared_hosts']}")
     td = doc["teardown"]
     state = "clean" if td["clean"] else "LEFTOVERS " + ", ".join(td["leftovers"])
     lines.append(f"  teardown: {state}")

@@ -5,10 +5,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from lab import results, scoring
+from lab import jobs, results, scoring
 from lab.capabilities import probe
 from lab.clocks import ClockConfig
 from lab.daemons import AgentConfig, AgentMesh
+from lab.errors import LabError
 from lab.fidelity import FidelitySampler
 from lab.lab import Lab
 from lab.load import Flow, LoadRunner
@@ -82,6 +83,59 @@ def play(lab: Lab, sc: Scenario, progress: Callable[[str], None]) -> None:
         time.sleep(rest)
 
 
+def choose(lab: Lab, spec, watcher: Watcher | None) -> list[str]:
+    """The VMs of a job under its placement policy.
+
+    Raises:
+        LabError: collocation_aware without groups from the agents.
+    """
+    if isinstance(spec.placement, list):
+        return list(spec.placement)
+    if spec.placement == "naive":
+        return jobs.naive([v.name for v in lab.vms], spec.ranks)
+    state = watcher.latest if watcher else None
+    if not state or not state["collocation"]["groups"]:
+        raise LabError("collocation_aware placement: the agents reported no groups yet")
+    return jobs.collocation_aware([g["members"] for g in state["collocation"]["groups"]],
+                                  spec.ranks)
+
+
+def run_jobs(lab: Lab, sc: Scenario, watcher: Watcher | None,
+             progress: Callable[[str], None]) -> list[dict]:
+    """Run the scenario's jobs one after another; one ``jobs`` entry each (errors included)."""
+    out = []
+    for spec in sc.jobs:
+        try:
+            vms = choose(lab, spec, watcher)
+        except LabError as e:
+            out.append({"name": spec.name, "collective": spec.collective, "error": str(e),
+                        "verified": False, "completion_s": None})
+            continue
+        progress(f"job {spec.name}: {spec.collective} on {' '.join(vms)}")
+        entry = jobs.run(lab, spec.name, spec.collective, vms, timeout_s=spec.timeout_s,
+                         nbytes=spec.bytes, dtype=spec.dtype, iterations=spec.iterations,
+                         warmup=spec.warmup, compute_units=spec.compute_units,
+                         conns_per_peer=spec.conns_per_peer)
+        entry["placement"]["policy"] = (spec.placement if isinstance(spec.placement, str)
+                                        else "explicit")
+        progress(f"job {spec.name}: completion {entry['completion_s']} s, "
+                 f"verified {entry['verified']}")
+        out.append(entry)
+    return out
+
+
+def placement_comparison(entries: list[dict]) -> dict | None:
+    """Naive vs collocation-aware completion of the same collective, when both ran."""
+    by = {e.get("placement", {}).get("policy"): e for e in entries if e.get("completion_s")}
+    naive, aware = by.get("naive"), by.get("collocation_aware")
+    if not naive or not aware:
+        return None
+    return {"naive_s": naive["completion_s"], "aware_s": aware["completion_s"],
+            "ratio": round(aware["completion_s"] / naive["completion_s"], 3),
+            "aware_avoided_shared_hosts": aware["placement"]["shared_host_ranks"] == 0,
+            "naive_shared_host_ranks": naive["placement"]["shared_host_ranks"]}
+
+
 def agent_sections(lab: Lab, mesh: AgentMesh, watcher: Watcher) -> dict:
     """``sync``, ``owd_us`` and ``collocation`` scored against the truth."""
     state = watcher.latest
@@ -122,6 +176,11 @@ def run(sc: Scenario, topo, source: str, name: str | None = None,
             play(lab, sc, progress)
             if sc.load:
                 extra["load"] = load.join(timeout_s=60)
+            if sc.jobs:
+                extra["jobs"] = run_jobs(lab, sc, watcher if mesh else None, progress)
+                comparison = placement_comparison(extra["jobs"])
+                if comparison:
+                    extra["placement_comparison"] = comparison
         finally:
             if mesh is not None:
                 watcher.stop()

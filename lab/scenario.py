@@ -154,6 +154,32 @@ class LoadSpec(_Strict):
     parallel: int = Field(1, gt=0, le=128, description="parallel streams (-P)")
 
 
+class JobSpec(_Strict):
+    """A collective job run after the fault timeline (jobs run one after another)."""
+
+    name: str
+    collective: str = Field("all_reduce", description="NCCL name, e.g. all_reduce, broadcast")
+    ranks: int = Field(4, ge=1)
+    bytes: int = Field(1 << 20, gt=0, description="nccl-tests size, bytes")
+    dtype: str = "float32"
+    iterations: int = Field(10, gt=0)
+    warmup: int = Field(1, ge=0)
+    compute_units: int = Field(0, ge=0, description="matrix products between iterations")
+    conns_per_peer: int = Field(1, gt=0)
+    timeout_s: float = Field(60.0, gt=0)
+    placement: str | list[str] = Field("naive", description="naive, collocation_aware (from "
+                                       "the agents' groups) or a list of VMs")
+
+    @model_validator(mode="after")
+    def _policy(self):
+        if isinstance(self.placement, str) and self.placement not in ("naive",
+                                                                      "collocation_aware"):
+            raise ValueError("placement must be naive, collocation_aware or a list of VMs")
+        if isinstance(self.placement, list) and len(self.placement) != self.ranks:
+            raise ValueError(f"placement lists {len(self.placement)} VMs for {self.ranks} ranks")
+        return self
+
+
 class AgentsSpec(_Strict):
     """The agent daemons (``python -m agents``): one per VM plus a coordinator."""
 
@@ -179,6 +205,7 @@ class Scenario(_Strict):
     faults: list[FaultSpec] = Field(default_factory=list)
     agents: AgentsSpec = AgentsSpec()
     load: list[LoadSpec] = Field(default_factory=list)
+    jobs: list[JobSpec] = Field(default_factory=list)
 
 
 def builtin_names() -> list[str]:
@@ -312,6 +339,15 @@ def _cross_check(sc: Scenario, topo: Topo) -> list[tuple[str, str]]:
         for end in ("src", "dst"):
             if getattr(flow, end) not in vms:
                 errors.append((f"load[{i}].{end}", f"no VM {getattr(flow, end)!r}"))
+    for i, job in enumerate(sc.jobs):
+        if job.ranks > len(vms):
+            errors.append((f"jobs[{i}].ranks", f"{job.ranks} ranks but only {len(vms)} VMs"))
+        if isinstance(job.placement, list):
+            for vm in job.placement:
+                if vm not in vms:
+                    errors.append((f"jobs[{i}].placement", f"no VM {vm!r}"))
+        if job.placement == "collocation_aware" and not sc.agents.enabled:
+            errors.append((f"jobs[{i}].placement", "collocation_aware needs agents.enabled"))
     if sc.agents.coordinator is not None and sc.agents.coordinator not in vms:
         errors.append(("agents.coordinator", f"no VM {sc.agents.coordinator!r}"))
     for h in sc.hosts.overrides:
