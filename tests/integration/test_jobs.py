@@ -1,0 +1,56 @@
+"""Collective jobs in a real lab: every collective verifies, a noisy neighbour slows a job, a
+link that fails mid-job ends in recovery or a clear error within the timeout."""
+import threading
+import time
+
+from lab import jobs
+from topo import LeafSpine
+
+COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather",
+               "scatter", "all_to_all")
+
+
+def test_every_collective_verifies_in_a_lab(make_lab):
+    lab = make_lab(LeafSpine(spines=2, leaves=2, vms_per_leaf=2, host_bw=200), "it_coll")
+    vms = ["vm1", "vm2", "vm3"]  # two leaves, ECMP between them
+    for i, collective in enumerate(COLLECTIVES):
+        nbytes = 4 * 1001 if i % 2 else 4 * 7  # counts not divisible by 3 ranks
+        e = jobs.run(lab, f"j{i}", collective, vms, nbytes=nbytes, iterations=2, warmup=0,
+                     timeout_s=30)
+        assert e["verified"] is True and e["error"] is None, (collective, e)
+        assert e["completion_s"] > 0
+
+
+def test_noisy_neighbour_slows_the_job(make_lab):
+    topo = LeafSpine(spines=1, leaves=1, vms_per_leaf=4, vms_per_host=2)
+    lab = make_lab(topo, "it_jobcpu", cpu_cores=0.5)
+    vms = ["vm1", "vm3"]  # one rank on each host; vm2 shares vm1's host
+    opts = dict(nbytes=4096, iterations=4, warmup=1, compute_units=150, timeout_s=60)
+    quiet = jobs.run(lab, "quiet", "all_reduce", vms, **opts)
+    lab.faults.cpu_hog("vm2")
+    noisy = jobs.run(lab, "noisy", "all_reduce", vms, **opts)
+    lab.faults.cpu_hog("vm2", enable=False)
+    assert quiet["verified"] and noisy["verified"]
+    assert noisy["completion_s"] > 1.3 * quiet["completion_s"], (quiet, noisy)
+
+
+def test_link_down_mid_job_recovers_or_fails_clearly(make_lab):
+    lab = make_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1, host_bw=100), "it_jobfail")
+    out = {}
+
+    def job():
+        out["e"] = jobs.run(lab, "flaky", "all_reduce", ["vm1", "vm2"], nbytes=1 << 20,
+                            iterations=30, warmup=0, timeout_s=20)
+
+    t = threading.Thread(target=job)
+    start = time.monotonic()
+    t.start()
+    time.sleep(3)
+    lab.faults.link_down("leaf1", "spine1")
+    time.sleep(2)
+    lab.faults.link_up("leaf1", "spine1")
+    t.join(60)
+    assert not t.is_alive()
+    assert time.monotonic() - start < 20 + 15  # timeout + the runner's grace
+    e = out["e"]
+    assert (e["verified"] and e["error"] is None) or (e["error"] and not e["verified"])
