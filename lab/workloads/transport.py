@@ -37,6 +37,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -46,6 +47,9 @@ from lab.workloads.errors import (
     PeerLostError,
     PeerUnreachableError,
 )
+
+if TYPE_CHECKING:
+    from typing import Self
 
 _HELLO = struct.Struct("!4sBBHHH8s")
 _MAGIC = b"NSLB"
@@ -120,7 +124,7 @@ class PathHints:
         port = self.src_port_base + (rank * world + peer) * conns + conn
         if port > 65535:
             raise ValueError(f"source port base {self.src_port_base} too high: rank {rank} "
-                             f"-> {peer} connection {conn} would need port {port}")
+                             f"-> {peer} connection {conn} would need port {port} > 65535")
         return port
 
     def tos(self, conn: int) -> int | None:
@@ -131,7 +135,7 @@ class PathHints:
 class _Link:
     """One established TCP connection and the work queued on it by the current exchange."""
 
-    __slots__ = ("sock", "peer", "conn", "initiator", "sendq", "recvq", "mask")
+    __slots__ = ("conn", "initiator", "mask", "peer", "recvq", "sendq", "sock")
 
     def __init__(self, sock: socket.socket, peer: int, conn: int, initiator: bool):
         self.sock = sock
@@ -207,7 +211,7 @@ class Mesh:
 
     # -- set-up ---------------------------------------------------------------------------
 
-    def __enter__(self) -> Mesh:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -333,6 +337,8 @@ class Mesh:
                 out[key][1:3] = [time.monotonic() + _RETRY_S, os.strerror(err)]
                 return
             out[key][0] = sock
+            if out[key][2] == "not tried":
+                out[key][2] = "no answer"
             sel.register(sock, selectors.EVENT_WRITE, ("out", key))
 
         try:
@@ -384,7 +390,7 @@ class Mesh:
                             raise ConfigError(
                                 f"rank {self.rank}: {self.addr(key[0])} should be rank {key[0]} "
                                 f"(connection {key[1]}) of job {self.job_id!r} but answered as "
-                                f"{got if isinstance(got, str) else 'rank %d connection %d' % got}",
+                                f"{got if isinstance(got, str) else f'rank {got[0]} connection {got[1]}'}",
                                 peers=[key[0]])
                         sel.unregister(sock)
                         self._add_link(sock, key[0], key[1], initiator=True)

@@ -1,0 +1,201 @@
+"""The collective worker (lab.workloads.worker) and job runner (lab.workloads.job) on
+loopback without root: real worker processes, real TCP, real signals."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from agents.clock import Clock, ClockSpec, Oscillator, Segment
+from lab.workloads import worker as wk
+from lab.workloads.job import Job, loopback_addresses, run_job
+
+S = 1_000_000_000
+
+
+def run_ranks_in_threads(world, clock=None, **params):
+    """``run_worker`` for every rank of one job, each in its own thread."""
+    peers = loopback_addresses(world)
+    docs = [None] * world
+
+    def go(r):
+        cfg = wk.WorkerConfig(rank=r, peers=peers, **params)
+        docs[r] = wk.run_worker(cfg, clock=clock)
+
+    threads = [threading.Thread(target=go, args=(r,), daemon=True) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert all(d is not None for d in docs), "a worker hung"
+    return docs
+
+
+def test_worker_times_iterations_with_the_vm_clock(tmp_path):
+    now = time.time_ns()
+    path = tmp_path / "clock.json"
+    ClockSpec("vm1", [Segment(now, 5e9, "h1", Oscillator(now, 100.0))]).write(str(path))
+    docs = run_ranks_in_threads(3, clock=Clock(str(path)), collective="reduce_scatter",
+                                count=333, dtype="float64", iterations=4, warmup=1,
+                                compute_units=3, conns_per_peer=2, job="t1")
+    for r, d in enumerate(docs):
+        assert d["error"] is None and d["verified"] is True, d["error"]
+        assert d["schema"] == "nslab.worker/1" and d["rank"] == r and d["world"] == 3
+        assert d["clock"] == "emulated" and d["bytes"] == 3 * 333 * 8
+        assert len(d["iteration_s"]) == len(d["comm_s"]) == len(d["compute_s"]) == 4
+        assert all(c > 0 for c in d["compute_s"]) and all(c > 0 for c in d["comm_s"])
+        assert d["iteration_s"] == pytest.approx(np.add(d["compute_s"], d["comm_s"]))
+        # VM clock = true time + 5 s offset (+ 100 ppm): the stamps are VM time, not host time
+        assert abs(d["start_ns"] - (now + 5 * S)) < 20 * S
+        assert 0 < d["elapsed_s"] < 20 and d["end_ns"] > d["start_ns"]
+        assert len(d["flows"]) == 2 * 2
+    json.dumps(docs)  # the report is plain JSON
+
+
+def test_worker_reports_a_wrong_result(monkeypatch):
+    real = wk.coll.run
+
+    def corrupting(collective, comm, sendbuf, recvbuf=None, **kw):
+        out = real(collective, comm, sendbuf, recvbuf, **kw)
+        if comm.rank == 1:
+            out[2] += 1
+        return out
+
+    monkeypatch.setattr(wk.coll, "run", corrupting)
+    docs = run_ranks_in_threads(2, collective="all_gather", count=5, iterations=2, warmup=0,
+                                job="t2")
+    assert docs[0]["verified"] is True
+    bad = docs[1]
+    assert bad["verified"] is False and bad["error_kind"] == "verify"
+    assert bad["error"].startswith("rank 1: verification failed at iteration 0: 1 of 10")
+    assert wk.exit_status(bad) == wk.EXIT_WRONG and wk.exit_status(docs[0]) == wk.EXIT_OK
+
+
+def test_worker_cli_rejects_bad_parameters_with_a_json_error(capsys):
+    rc = wk.main(["--rank", "2", "--peers", "127.0.0.1:1,127.0.0.1:2", "--quiet"])
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == wk.EXIT_USAGE and doc["error_kind"] == "config"
+    assert "rank 2 is outside 0..1" in doc["error"]
+    rc = wk.main(["--rank", "0", "--peers", "127.0.0.1:1,127.0.0.1:2", "--collective",
+                  "all_gather", "--bytes", "7", "--quiet"])
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == wk.EXIT_USAGE and "needs at least 8 bytes" in doc["error"]
+    assert wk.parse_size("64K") == 65536 and wk.parse_size("1M") == 1 << 20
+
+
+def test_job_parameters_are_checked_before_anything_starts():
+    addrs = loopback_addresses(2)
+    with pytest.raises(ValueError, match="exactly one"):
+        Job("x", "all_reduce", addrs, count=1, nbytes=4)
+    with pytest.raises(ValueError, match="no element"):
+        Job("x", "alltoall", addrs, nbytes=4)
+    with pytest.raises(ValueError, match="floating"):
+        Job("x", "all_reduce", addrs, count=4, dtype="int32", op="avg")
+
+
+def _gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_run_job_of_local_processes():
+    addrs = loopback_addresses(3)
+    s = run_job("ok", "AllReduce", addrs, nbytes=100_003, dtype="float32", iterations=3,
+                warmup=1, compute_units=2, conns_per_peer=2, dscp=(10,),
+                placement=["vmA", "vmB", "vmC"], timeout=30)
+    assert s["error"] is None and s["verified"] is True and s["failed_ranks"] == []
+    assert s["schema"] == "nslab.job/1" and s["collective"] == "all_reduce"
+    assert s["placement"] == {"0": "vmA", "1": "vmB", "2": "vmC"}
+    assert s["count"] == 25_000 and s["bytes"] == 100_000
+    assert set(s["iteration_s"]) == {"p50", "p90", "p99", "max", "mean"}
+    assert 0 < s["iteration_s"]["p50"] <= s["iteration_s"]["p99"] <= s["iteration_s"]["max"]
+    assert s["completion_s"] >= s["iteration_s"]["max"]
+    assert s["busbw_bit_s"] == pytest.approx(s["algbw_bit_s"] * 4 / 3)
+    assert all(row["exit_code"] == 0 for row in s["ranks"])
+    flows = s["workers"][1]["flows"]
+    assert len(flows) == 4 and {f["dscp"] for f in flows} == {10}
+    assert all(_gone(row["pid"]) for row in s["ranks"])
+
+
+def _wait_for(path, text, timeout_s=15):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            with open(path) as f:
+                if text in f.read():
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    pytest.fail(f"{text!r} never appeared in {path}")
+
+
+def test_a_killed_worker_ends_the_job_with_a_clear_error():
+    addrs = loopback_addresses(3)
+    with Job("kill", "all_reduce", addrs, count=50_000, iterations=100_000, warmup=0,
+             timeout=30) as job:
+        job.start()
+        _wait_for(job.log_path(1), "connected")
+        time.sleep(0.2)
+        t = time.monotonic()
+        job.kill(1)
+        s = job.wait()
+        elapsed = time.monotonic() - t
+    assert elapsed < 5, "the surviving ranks should notice at once, not at the timeout"
+    assert s["verified"] is False and s["completion_s"] is None
+    assert s["failed_ranks"] == [0, 1, 2]
+    assert s["error"].startswith("rank 1: killed by SIGKILL without a report")
+    for r in (0, 2):  # the survivors fail fast; one may see the other's exit first
+        row = s["ranks"][r]
+        assert row["error_kind"] == "peer_lost" and row["exit_code"] == 1
+        assert row["error"].startswith(f"rank {r}: connection") and not row["killed"]
+    assert any("to rank 1 " in s["ranks"][r]["error"] for r in (0, 2))
+    assert all(_gone(pid) for pid in job.pids.values())
+
+
+def test_an_unreachable_peer_ends_the_job_within_the_connect_timeout():
+    addrs = loopback_addresses(3)
+    t = time.monotonic()
+    # rank 0's "VM" never runs the worker: `false` swallows the command and exits 1
+    s = run_job("unreach", "broadcast", addrs, command=lambda r: ["false"] if r == 0 else [],
+                count=10, connect_timeout=1.5, timeout=20)
+    assert time.monotonic() - t < 8
+    assert s["failed_ranks"] == [0, 1, 2]
+    assert s["error"].startswith("rank 0: exited with status 1 without a report")
+    for r in (1, 2):
+        row = s["ranks"][r]
+        assert row["error_kind"] == "unreachable" and row["exit_code"] == 1
+        assert f"cannot connect to rank 0 at {addrs[0]}" in row["error"]
+        assert "refused" in row["error"]
+
+
+def test_a_stuck_worker_is_stopped_at_the_job_timeout():
+    addrs = loopback_addresses(2)
+    t = time.monotonic()
+    # a compute phase far longer than the timeout: the runner terminates the workers at
+    # timeout + grace and they still report why
+    s = run_job("stuck", "all_reduce", addrs, count=10, compute_units=10**8, timeout=2.5,
+                kill_grace_s=0.5)
+    assert time.monotonic() - t < 2.5 + 0.5 + 2
+    assert s["failed_ranks"] == [0, 1] and s["verified"] is False
+    for row in s["ranks"]:
+        assert row["killed"]
+        assert row["error_kind"] == "terminated" or "killed" in row["error"], row
+
+
+def test_a_stuck_worker_stops_itself_when_nobody_kills_it():
+    addrs = loopback_addresses(1)
+    t = time.monotonic()
+    s = run_job("alone", "all_reduce", addrs, count=10, compute_units=10**8, timeout=1,
+                kill_grace_s=20)
+    assert time.monotonic() - t < 1 + wk.WATCHDOG_GRACE_S + 3
+    row = s["ranks"][0]
+    assert not row["killed"] and row["exit_code"] == 1 and row["error_kind"] == "timeout"
+    assert "still running" in row["error"]
