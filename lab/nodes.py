@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from typing import TYPE_CHECKING
 
 from mininet.node import Host, Node
@@ -32,7 +33,8 @@ class LabNode(Node):
     def __init__(self, name: str, lab: Lab, **params):
         self.lab = lab
         self.netns = netns_name(lab.name, name)
-        self._ipr = None
+        self._iprs: dict[int, object] = {}  # thread id -> IPRoute
+        self._ipr_lock = threading.Lock()
         self.batch: dict[str, list[str]] = {"ip": [], "tc": [], "nft": []}
         params["inNamespace"] = True
         super().__init__(name, **params)
@@ -42,10 +44,16 @@ class LabNode(Node):
 
     @property
     def ipr(self):
-        """pyroute2 ``IPRoute`` bound to this node's namespace (opened once)."""
-        if self._ipr is None:
-            self._ipr = ns_iproute(self.netns)
-        return self._ipr
+        """pyroute2 ``IPRoute`` bound to this node's namespace, one per thread: pyroute2's
+        synchronous API runs an event loop per thread, and a socket reopened on another thread
+        would land in that thread's namespace."""
+        tid = threading.get_ident()
+        ipr = self._iprs.get(tid)
+        if ipr is None:
+            ipr = ns_iproute(self.netns)
+            with self._ipr_lock:
+                self._iprs[tid] = ipr
+        return ipr
 
     def flush(self) -> None:
         """Run the queued bring-up lines (addresses, qdiscs, nftables) in one process per
@@ -77,9 +85,10 @@ class LabNode(Node):
             netns.popns()
 
     def terminate(self) -> None:
-        if self._ipr is not None:
-            self._ipr.close()
-            self._ipr = None
+        with self._ipr_lock:
+            for ipr in self._iprs.values():
+                ipr.close()
+            self._iprs.clear()
         remove_netns(self.netns)
         super().terminate()
 

@@ -96,3 +96,15 @@ def test_netem_parameters_need_netem():
     with Lab(topo, name="it_netem") as lab:  # kernels with netem: the delay is real
         rtt = lab["vm1"].cmd("ping -c 3 -q 10.1.2.2").split("/")[-3]
         assert float(rtt) >= 4 * 5
+
+
+def test_flap_takes_the_link_down_and_up_repeatedly(make_lab):
+    import time
+    lab = make_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1), "it_flap")
+    lab.faults.flap("leaf1", "spine1", down_s=0.3, up_s=0.3, count=2)
+    time.sleep(0.1)
+    assert "100% packet loss" in lab["vm1"].cmd("ping -c1 -W1 10.2.1.2")
+    time.sleep(1.3)
+    kinds = [e["kind"] for e in lab.timeline]
+    assert kinds == ["flap", "link_down", "link_up", "link_down", "link_up"]
+    assert " 0% packet loss" in lab["vm1"].cmd("ping -c1 -W1 10.2.1.2")
