@@ -12,7 +12,7 @@ import signal
 
 from lab.cgroups import Cgroups
 from lab.lab import lab_netns
-from lab.names import PREFIX, STATE_ROOT, lab_prefix, state_dir
+from lab.names import PREFIX, STATE_ROOT, state_dir
 from lab.netlink import remove_netns
 
 
@@ -79,5 +79,3 @@ def clean(lab: str, dry_run: bool = False) -> list[str]:
             shutil.rmtree(state_dir(lab))
     return done
 
-
-__all__ = ["clean", "lab_prefix", "labs_present"]
