@@ -1,7 +1,7 @@
 """Collective bus bandwidth against the link rate, as nccl-tests reports it (algbw = size /
 time, busbw = algbw * bus factor), for every collective and a few sizes, on a real lab.
 
-    sudo .venv/bin/python benchmarks/collectives.py [--ranks 4] [--bw 100] [--sizes 65536,1048576,8388608]
+    sudo .venv/bin/python benchmarks/collectives.py [--ranks 4] [--bw 100] [--sizes 65536,...]
 
 Ranks sit under different leaves of a 2-spine fabric whose VM links run at --bw Mbit/s, so a
 ring's busbw can at best approach the link rate (ratio 1.0, minus ~4.4 % of headers).
