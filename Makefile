@@ -51,6 +51,8 @@ tui: setup
 bench: setup
 	$(BIN)/python benchmarks/bringup.py
 	$(BIN)/python benchmarks/link_accuracy.py
+	$(BIN)/python benchmarks/collectives.py
+	$(BIN)/python benchmarks/placement.py
 
 clean:
 	rm -rf $(VENV) *.egg-info build
