@@ -1,6 +1,16 @@
 """The emulator: builds a topology into namespaces, shapes links, places VMs on physical hosts
-(cgroups), runs their clocks, injects faults, runs scenarios and records the ground truth."""
+(cgroups), runs their clocks, injects faults, runs scenarios and records the ground truth.
+
+``Lab`` is imported lazily, so processes that run inside VMs (``lab.workloads``) start without
+loading Mininet and pyroute2.
+"""
 from lab.errors import CapabilityError, LabError, NotRootError, ScenarioError
-from lab.lab import Lab
 
 __all__ = ["CapabilityError", "Lab", "LabError", "NotRootError", "ScenarioError"]
+
+
+def __getattr__(name: str):
+    if name == "Lab":
+        from lab.lab import Lab
+        return Lab
+    raise AttributeError(f"module 'lab' has no attribute {name!r}")
