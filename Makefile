@@ -30,7 +30,7 @@ system-packages:
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,tui]'
+	$(BIN)/pip install -q -e '.[dev,tui,torch]'
 	@touch $(STAMP)
 
 lab: setup

@@ -16,7 +16,8 @@ import sys
 from collections.abc import Sequence
 
 from lab.errors import LabError
-from lab.workloads.job import run_job
+from lab.workloads.ddp import DDPJob
+from lab.workloads.job import Job
 
 PORT = 7800
 
@@ -53,22 +54,34 @@ def shared_host_ranks(vms: Sequence[str], phys: dict[str, str]) -> int:
     return sum(1 for h in hosts if hosts.count(h) > 1)
 
 
+DDP = "ddp"  # the PyTorch DistributedDataParallel (gloo) workload, in place of a collective
+
+
 def run(lab, name: str, collective: str, vms: Sequence[str], timeout_s: float = 60.0,
         **options) -> dict:
-    """Run a collective job with one rank per VM in ``vms`` (rank order); the ``jobs`` entry.
+    """Run a job with one rank per VM in ``vms`` (rank order); returns its ``jobs`` entry.
 
     Args:
         lab: a running ``Lab``.
+        collective: an NCCL collective name, or ``"ddp"`` for PyTorch DDP training.
         options: ``Job`` options (nbytes or count, dtype, iterations, warmup, compute_units,
-            conns_per_peer, ...).
+            conns_per_peer, ...); for ``ddp`` only iterations, warmup and ``hidden``.
     """
     nodes = [lab[v] for v in vms]
     addresses = [f"{n.IP()}:{PORT}" for n in nodes]
     prefix = [sys.executable, "-m", "lab.cli.main", "exec", lab.name]
+    common = dict(command=lambda r: [*prefix, vms[r], "--"],
+                  placement={r: v for r, v in enumerate(vms)}, timeout=timeout_s)
     lab.stamp("job_start", name, collective=collective, vms=list(vms))
-    summary = run_job(name, collective, addresses, command=lambda r: [*prefix, vms[r], "--"],
-                      placement={r: v for r, v in enumerate(vms)}, timeout=timeout_s,
-                      **options)
+    if collective == DDP:
+        job = DDPJob(name, addresses, **common, **options)
+    else:
+        job = Job(name, collective, addresses, **common, **options)
+    with job:
+        job.start()
+        summary = job.wait()
+    if collective == DDP:
+        summary["collective"] = "ddp (torch gloo; gradient all_reduce)"
     lab.stamp("job_end", name, completion_s=summary.get("completion_s"),
               error=summary.get("error"))
     keep = ("name", "collective", "nccl_name", "world", "bytes", "dtype", "iterations",

@@ -112,10 +112,11 @@ def run_jobs(lab: Lab, sc: Scenario, watcher: Watcher | None,
                         "verified": False, "completion_s": None})
             continue
         progress(f"job {spec.name}: {spec.collective} on {' '.join(vms)}")
-        entry = jobs.run(lab, spec.name, spec.collective, vms, timeout_s=spec.timeout_s,
-                         nbytes=spec.bytes, dtype=spec.dtype, iterations=spec.iterations,
-                         warmup=spec.warmup, compute_units=spec.compute_units,
-                         conns_per_peer=spec.conns_per_peer)
+        opts = dict(iterations=spec.iterations, warmup=spec.warmup)
+        if spec.collective != jobs.DDP:
+            opts.update(nbytes=spec.bytes, dtype=spec.dtype, compute_units=spec.compute_units,
+                        conns_per_peer=spec.conns_per_peer)
+        entry = jobs.run(lab, spec.name, spec.collective, vms, timeout_s=spec.timeout_s, **opts)
         entry["placement"]["policy"] = (spec.placement if isinstance(spec.placement, str)
                                         else "explicit")
         progress(f"job {spec.name}: completion {entry['completion_s']} s, "

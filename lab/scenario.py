@@ -158,7 +158,9 @@ class JobSpec(_Strict):
     """A collective job run after the fault timeline (jobs run one after another)."""
 
     name: str
-    collective: str = Field("all_reduce", description="NCCL name, e.g. all_reduce, broadcast")
+    collective: str = Field("all_reduce", description="NCCL name (all_reduce, broadcast, "
+                            "reduce, all_gather, reduce_scatter, gather, scatter, all_to_all) "
+                            "or ddp (PyTorch DDP training, gloo)")
     ranks: int = Field(4, ge=1)
     bytes: int = Field(1 << 20, gt=0, description="nccl-tests size, bytes")
     dtype: str = "float32"
@@ -172,6 +174,9 @@ class JobSpec(_Strict):
 
     @model_validator(mode="after")
     def _policy(self):
+        from lab.workloads.collectives import collective_name
+        if self.collective != "ddp":
+            collective_name(self.collective)  # ValueError names the known ones
         if isinstance(self.placement, str) and self.placement not in ("naive",
                                                                       "collocation_aware"):
             raise ValueError("placement must be naive, collocation_aware or a list of VMs")

@@ -21,6 +21,13 @@ def test_every_collective_verifies_in_a_lab(make_lab):
         assert e["completion_s"] > 0
 
 
+def test_pytorch_ddp_trains_across_vms(make_lab):
+    lab = make_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1, host_bw=100), "it_ddp")
+    e = jobs.run(lab, "ddp", jobs.DDP, ["vm1", "vm2"], iterations=3, warmup=1, timeout_s=60)
+    assert e["error"] is None and e["verified"] is True, e
+    assert e["iteration_s"]["p50"] > 0 and e["bytes"] > 100_000  # gradients AllReduced
+
+
 def test_noisy_neighbour_slows_the_job(make_lab):
     topo = LeafSpine(spines=1, leaves=1, vms_per_leaf=4, vms_per_host=2)
     lab = make_lab(topo, "it_jobcpu", cpu_cores=0.5)

@@ -69,6 +69,11 @@ hosts:
     assert "phys7" in errs["hosts.overrides.phys7"]
 
 
+def test_job_collective_names_are_checked(tmp_path):
+    text = GOOD + "jobs:\n  - {name: j, collective: allreduce_typo, ranks: 2}\n"
+    assert "allreduce_typo" in errors_of(write(tmp_path, text))["jobs[0]"]
+
+
 def test_load_names_real_vms(tmp_path):
     text = GOOD + "load:\n  - {src: vm1, dst: vm7, duration_s: 2}\n"
     assert "no VM 'vm7'" in errors_of(write(tmp_path, text))["load[0].dst"]
