@@ -13,7 +13,6 @@ from lab.errors import LabError
 from lab.fidelity import FidelitySampler
 from lab.lab import Lab
 from lab.load import Flow, LoadRunner
-from lab.load import Flow, LoadRunner
 from lab.scenario import Scenario
 
 

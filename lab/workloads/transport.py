@@ -390,7 +390,7 @@ class Mesh:
                             raise ConfigError(
                                 f"rank {self.rank}: {self.addr(key[0])} should be rank {key[0]} "
                                 f"(connection {key[1]}) of job {self.job_id!r} but answered as "
-                                f"{got if isinstance(got, str) else f'rank {got[0]} connection {got[1]}'}",
+                                f"{_describe(got)}",
                                 peers=[key[0]])
                         sel.unregister(sock)
                         self._add_link(sock, key[0], key[1], initiator=True)
@@ -542,7 +542,8 @@ class Mesh:
                 if arr.nbytes == 0:
                     continue
                 view = _byte_view(arr)
-                for ln, (a, b) in zip(self._links[peer], split_bytes(len(view), k)):
+                for ln, (a, b) in zip(self._links[peer], split_bytes(len(view), k),
+                                      strict=True):
                     if b > a:
                         (ln.sendq if is_send else ln.recvq).append(view[a:b])
                         busy[ln.sock.fileno()] = ln
@@ -682,3 +683,8 @@ class Mesh:
                 sock.close()
         self._sel.close()
         self._sel = selectors.DefaultSelector()
+
+
+def _describe(hello) -> str:
+    """A peer's hello for an error message: a reason string or (rank, connection)."""
+    return hello if isinstance(hello, str) else f"rank {hello[0]} connection {hello[1]}"
