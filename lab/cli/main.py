@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lab.cli import clean, doctor, exec_, run, up
+from lab.cli import clean, doctor, exec_, run, tui, up
 from lab.errors import LabError, NotRootError
 
-COMMANDS = (run, up, exec_, doctor, clean)
+COMMANDS = (run, up, exec_, doctor, clean, tui)
 
 
 def parser() -> argparse.ArgumentParser:

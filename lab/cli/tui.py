@@ -1,0 +1,85 @@
+"""``nslab tui [SCENARIO]``: the Textual cockpit of a lab (``tui/``).
+
+``--replay PATH`` runs it on a recording without root; ``--record PATH`` saves what a live run
+showed as such a recording (``--headless S`` records for S seconds without the UI).
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+from lab.capabilities import require_root
+from lab.errors import LabError
+from lab.scenario import DEFAULT, builtin_names
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("tui", help="drive a scenario's lab from a terminal UI",
+                       description="Build the scenario's lab and drive it from a Textual UI: "
+                                   "fabric, VMs and clocks, one-way delays, collocation, jobs, "
+                                   "faults on keys (press ? for help). Quitting tears the lab "
+                                   f"down. SCENARIO: {', '.join(builtin_names())} or a YAML "
+                                   "file.")
+    p.add_argument("scenario", nargs="?", default=DEFAULT, help=f"default: {DEFAULT}")
+    p.add_argument("--name", help="lab name (default: the scenario's name)")
+    p.add_argument("--replay", metavar="PATH",
+                   help="run on a recording (no root, no lab); e.g. "
+                        "tui/recordings/tui_demo.json")
+    p.add_argument("--record", metavar="PATH", help="save the snapshots of this run to PATH")
+    p.add_argument("--headless", metavar="S", type=float,
+                   help="with --record: record S seconds without the UI, then tear down")
+    p.add_argument("--screenshot", metavar="PATH",
+                   help="save an SVG screenshot to PATH after --after seconds, then quit")
+    p.add_argument("--after", type=float, default=10.0, metavar="S",
+                   help="seconds before --screenshot (default 10)")
+    p.add_argument("--no-jobs", action="store_true", help="do not run the scenario's jobs")
+    p.set_defaults(func=main)
+
+
+def record_headless(backend, seconds: float, interval_s: float = 1.0) -> None:
+    """Start ``backend``, take a snapshot every ``interval_s`` for ``seconds``, stop it."""
+    try:
+        backend.start()
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(interval_s)
+            snap = backend.snapshot()
+            print(f"  .. {snap.time_s:6.1f} s {snap.state}, {len(snap.events)} events",
+                  file=sys.stderr, flush=True)
+    finally:
+        backend.stop()
+
+
+def main(args) -> int:
+    try:
+        from tui.app import make_app, run_app
+        from tui.recorded import RecordedBackend, Recorder
+    except ImportError as e:
+        raise LabError(f"the TUI needs Textual: pip install 'nslab[tui]' ({e})") from e
+    if args.replay:
+        try:
+            backend = RecordedBackend(args.replay)
+        except (OSError, ValueError) as e:
+            raise LabError(f"cannot replay {args.replay}: {e}") from e
+        factory = None
+    else:
+        require_root()
+        from lab.scenario import load
+        from tui.live import LiveBackend
+        load(args.scenario)  # a bad scenario fails here, before the UI starts
+
+        def factory(scenario: str):
+            return LiveBackend(scenario, name=args.name, run_jobs=not args.no_jobs)
+        backend = factory(args.scenario)
+    if args.record:
+        backend = Recorder(backend, args.record)
+    if args.headless is not None:
+        if not args.record:
+            raise LabError("--headless records: give --record PATH")
+        record_headless(backend, args.headless)
+        print(f"recording: {args.record}")
+        return 0
+    shot = (args.screenshot, args.after) if args.screenshot else None
+    app = make_app(backend, backend_factory=factory if not args.record else None,
+                   screenshot=shot)
+    return run_app(app)

@@ -1,0 +1,335 @@
+"""The TUI on a recorded backend (no root): navigation, every control, help, 80x24, teardown
+on quit and on a crash, the command palette, recordings, and snapshots of the main screens."""
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+
+import pytest
+
+pytest.importorskip("textual")
+
+from textual.widgets import TabbedContent  # noqa: E402
+
+from tui.app import make_app  # noqa: E402
+from tui.backend import Snapshot  # noqa: E402
+from tui.recorded import DEFAULT_RECORDING, RecordedBackend, Recorder, load_recording  # noqa: E402
+from tui.screens import HelpScreen, ScenarioPicker  # noqa: E402
+from tui.widgets import EventLog, FabricView, JobsPanel, OwdHeatmap, VMTable  # noqa: E402
+
+SIZE = (80, 24)
+
+
+def sync(fn):
+    """Run an async test with asyncio.run (no pytest-asyncio needed)."""
+    @functools.wraps(fn)
+    def run(*args, **kw):
+        return asyncio.run(fn(*args, **kw))
+    return run
+
+
+MID = 5  # a recorded frame with a link down, load on the fabric and a CPU hog
+
+
+def app_on(backend=None, **kw):
+    return make_app(backend or RecordedBackend(start_at=MID, advance=False), poll_s=0.5, **kw)
+
+
+async def ready(pilot) -> None:
+    """Wait until the first snapshot is drawn."""
+    for _ in range(50):
+        await pilot.pause(0.05)
+        if pilot.app.snap is not None:
+            return
+    raise AssertionError("no snapshot")
+
+
+async def press(pilot, *keys: str) -> None:
+    for k in keys:
+        await pilot.press(k)
+        await pilot.pause(0.05)
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause(0.05)
+
+
+def log_text(app) -> str:
+    return "\n".join(app.query_one(EventLog).entries)
+
+
+def test_recording_loads_and_is_from_a_real_run():
+    scenario, frames = load_recording(DEFAULT_RECORDING)
+    assert scenario.endswith("tui_demo.yaml") and len(frames) >= 10
+    assert any(not lk.up for f in frames for lk in f.links)  # the timeline's link_down
+    assert any(lk.utilization > 0.5 for f in frames for lk in f.links)  # real iperf3 load
+    kinds = {e.kind for e in frames[-1].events}
+    assert {"lab_up", "link_down", "link_up", "migrate", "clock_step"} <= kinds
+
+
+def test_snapshot_round_trip():
+    _, frames = load_recording(DEFAULT_RECORDING)
+    snap = frames[MID]
+    assert Snapshot.from_dict(json.loads(json.dumps(snap.to_dict()))) == snap
+
+
+@sync
+async def test_start_draws_every_panel_in_80x24():
+    backend = RecordedBackend(start_at=MID, advance=False)
+    app = app_on(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        assert backend.calls[0] == "start"
+        assert app.size == SIZE
+        fabric = app.query_one(FabricView)
+        assert fabric.region.height >= 9 and fabric.region.width >= 70
+        text = fabric.render().plain
+        for name in ("spine1", "leaf2", "vm4", "X"):
+            assert name in text
+        assert app.query_one(VMTable).row_count == 4
+        assert "link_down leaf1-spine1" in log_text(app)
+
+
+@sync
+async def test_navigation_tabs_and_selection():
+    app = app_on()
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        tabs = app.query_one(TabbedContent)
+        for key, tab in (("2", "vms"), ("3", "owd"), ("4", "jobs"), ("1", "fabric")):
+            await press(pilot, key)
+            assert tabs.active == tab
+        first = app.selected_link_name
+        await press(pilot, "right_square_bracket")
+        assert app.selected_link_name != first
+        await press(pilot, "left_square_bracket")
+        assert app.selected_link_name == first
+        vm = app.selected_vm
+        await press(pilot, "greater_than_sign")
+        assert app.selected_vm != vm
+        await press(pilot, "less_than_sign")
+        assert app.selected_vm == vm
+        app.query_one(FabricView).focus()
+        await press(pilot, "down")
+        assert app.selected_link_name != first
+
+
+@sync
+async def test_link_controls():
+    backend = RecordedBackend(start_at=MID, advance=False)
+    app = app_on(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        app.select_link("leaf2", "spine2")
+        await press(pilot, "d")
+        assert not app.snap.link("leaf2", "spine2").up
+        assert "tui      link_down leaf2-spine2" in log_text(app)
+        assert "X" in app.query_one(FabricView).render().plain
+        await press(pilot, "u")
+        assert app.snap.link("leaf2", "spine2").up
+        await press(pilot, "l")
+        assert app.snap.link("leaf2", "spine2").loss_percent == 5.0
+        await press(pilot, "l")
+        assert app.snap.link("leaf2", "spine2").loss_percent == 0.0
+        await press(pilot, "r")
+        assert app.snap.link("leaf2", "spine2").bw_mbit == 50.0
+        await press(pilot, "r")
+        assert app.snap.link("leaf2", "spine2").bw_mbit == 100.0
+        await press(pilot, "f")
+        assert backend.calls[-1] == "inject flap leaf2-spine2"
+        assert [c.split()[1] for c in backend.calls if c.startswith("inject")] == [
+            "link_down", "link_up", "loss", "loss", "rate", "rate", "flap"]
+
+
+@sync
+async def test_vm_controls():
+    backend = RecordedBackend(start_at=MID, advance=False)
+    app = app_on(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        app.select_vm("vm3")
+        await press(pilot, "h")
+        assert app.snap.vm("vm3").hog
+        await press(pilot, "h")
+        assert not app.snap.vm("vm3").hog
+        await press(pilot, "p")
+        assert app.snap.vm("vm3").paused
+        await press(pilot, "p")
+        assert not app.snap.vm("vm3").paused
+        before = app.snap.vm("vm3").offset_ms
+        await press(pilot, "c")
+        assert app.snap.vm("vm3").offset_ms == pytest.approx(before + 2.0)
+        assert app.snap.vm("vm3").phys == "phys2"
+        await press(pilot, "m")
+        assert app.snap.vm("vm3").phys == "phys1"
+        log = log_text(app)
+        for line in ("cpu_hog vm3 enable=True", "pause vm3", "resume vm3",
+                     "clock_step vm3 step_ms=2.0", "migrate vm3 phys=phys1"):
+            assert line in log
+
+
+@sync
+async def test_timeline_pause_resume_step_and_stop():
+    backend = RecordedBackend(start_at=2)
+    app = app_on(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await press(pilot, "space")
+        assert backend.paused and app.timeline_paused
+        held = backend.index
+        await pilot.pause(0.4)
+        assert backend.index == held  # the timeline does not move while paused
+        nxt = backend.snapshot().pending[0]
+        await press(pilot, "n")
+        assert backend.stepped and backend.stepped[0].kind == nxt.kind
+        assert f"step     {nxt.kind} {nxt.target}" in log_text(app)
+        await press(pilot, "space")
+        assert not backend.paused
+        await press(pilot, "x")
+        assert backend.stopped and app.stopped
+        await press(pilot, "d")  # refused once stopped, said in the log
+        assert "not running" in log_text(app)
+
+
+@sync
+async def test_refused_fault_is_logged_not_fatal():
+    backend = RecordedBackend(start_at=MID, advance=False)
+    app = app_on(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        app.control("migrate", backend.inject, "migrate", vm="nope", phys="phys1")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause(0.1)
+        assert "refused" in log_text(app)
+        assert app.is_running
+
+
+@sync
+async def test_help_screen():
+    app = app_on()
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await press(pilot, "question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await press(pilot, "escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+@sync
+async def test_command_palette_runs_commands():
+    backend = RecordedBackend(start_at=MID, advance=False)
+    app = app_on(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        app.select_link("vm1", "leaf1")
+        await press(pilot, "ctrl+p")
+        await pilot.press(*"Loss 20%")
+        await pilot.pause(0.5)
+        await press(pilot, "enter")
+        await pilot.pause(0.2)
+        assert backend.calls[-1] == "inject loss vm1-leaf1"
+        assert app.snap.link("vm1", "leaf1").loss_percent == 20.0
+
+
+@sync
+async def test_pick_scenario_restarts_with_a_new_backend():
+    made = []
+
+    def factory(scenario):
+        made.append(scenario)
+        return RecordedBackend(start_at=MID, advance=False)
+    first = RecordedBackend(start_at=MID, advance=False)
+    app = app_on(first, backend_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await press(pilot, "o")
+        assert isinstance(app.screen, ScenarioPicker)
+        await press(pilot, "enter")
+        await pilot.pause(0.3)
+        await app.workers.wait_for_complete()
+        assert first.stopped and made and app.backend is not first
+        assert app.backend.calls[0] == "start"
+
+
+@sync
+async def test_quit_tears_the_lab_down():
+    backend = RecordedBackend(start_at=MID, advance=False)
+    app = app_on(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("q")
+        await pilot.pause(0.3)
+    assert backend.stopped and backend.calls.count("stop") == 1
+
+
+@sync
+async def test_crash_in_a_panel_still_tears_down(monkeypatch):
+    backend = RecordedBackend(start_at=MID, advance=False)
+
+    def boom(self, snap):
+        raise RuntimeError("panel bug")
+    monkeypatch.setattr(JobsPanel, "update_snapshot", boom)
+    app = app_on(backend)
+    with pytest.raises(RuntimeError, match="panel bug"):
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause(0.5)
+    assert backend.stopped
+
+
+def test_recorder_writes_a_replayable_recording(tmp_path):
+    path = tmp_path / "rec.json"
+    rec = Recorder(RecordedBackend(start_at=MID), path)
+    rec.start()
+    rec.snapshot()
+    rec.inject("link_down", a="leaf1", b="spine2")
+    rec.snapshot()
+    rec.stop()
+    _, frames = load_recording(path)
+    assert len(frames) == 2 and not frames[1].link("leaf1", "spine2").up
+
+
+def test_panels_render_estimates_owd_and_jobs():
+    """Fields the recording lacks while the agents are not there yet (agents/API.md)."""
+    from tui.backend import GroupView, JobView
+    _, frames = load_recording(DEFAULT_RECORDING)
+    snap = frames[MID]
+    snap.owd_us = {"vm1->vm2": 40.0, "vm2->vm1": 55.0}
+    snap.asymmetry_us = {"vm1<->vm2": -15.0}
+    snap.groups = [GroupView(["vm1", "vm2"], 0.9), GroupView(["vm3", "vm4"], 0.8)]
+    snap.jobs = [JobView("naive", 1.0, [0.2, 0.3, 0.25], 2.5, True)]
+    assert "vm1<->vm2 -15us" in OwdHeatmap.render_matrix(snap).plain
+    assert "verified" in JobsPanel.render_jobs(snap).plain
+    from tui.widgets import CollocationView
+    assert "found = truth" in CollocationView.render_groups(snap).plain
+
+
+# -- snapshots (pytest-textual-snapshot; Textual version pinned in the `tui` extra) ----------
+def _snap_app():
+    return make_app(RecordedBackend(start_at=MID, advance=False), poll_s=3600)
+
+
+@pytest.fixture
+def snap_compare_or_skip(request):
+    pytest.importorskip("pytest_textual_snapshot")
+    return request.getfixturevalue("snap_compare")
+
+
+async def _settle(pilot):
+    for _ in range(50):
+        await pilot.pause(0.05)
+        if pilot.app.snap is not None:
+            break
+    await pilot.pause(0.2)
+
+
+@pytest.mark.parametrize("keys", [(), ("2",), ("question_mark",)], ids=["fabric", "vms", "help"])
+def test_snapshot_80x24(snap_compare_or_skip, keys):
+    async def run_before(pilot):
+        await _settle(pilot)
+        for k in keys:
+            await pilot.press(k)
+        await pilot.pause(0.2)
+    assert snap_compare_or_skip(_snap_app(), terminal_size=SIZE, run_before=run_before)
+
+
+def test_snapshot_wide(snap_compare_or_skip):
+    assert snap_compare_or_skip(_snap_app(), terminal_size=(140, 36), run_before=_settle)

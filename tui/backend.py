@@ -1,0 +1,228 @@
+"""What the TUI shows and drives, independent of where it comes from.
+
+A ``Backend`` runs (or replays) a scenario and answers ``snapshot()`` with a ``Snapshot``: plain
+dataclasses, JSON-serialisable with ``to_dict``/``from_dict`` so a live run can be recorded and
+replayed without root (``tui.recorded``). ``tui.live.LiveBackend`` drives a real lab.
+
+Every backend method may block (the live one waits on the kernel): the app calls them from
+Textual thread workers only, never on the UI thread.
+
+Units: times s (``time_s``, ``t_s``), offsets ms, errors us, drift ppm, one-way delays us,
+utilization a fraction of the link rate (0..1), CPU percent of one core.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Protocol, runtime_checkable
+
+TIERS = {"vm": 0, "leaf": 1, "spine": 2, "superspine": 3}
+SCHEMA = "nslab.tui-recording/1"
+
+# Fault kinds the TUI injects, and what they target.
+LINK_KINDS = ("link_down", "link_up", "flap", "loss", "rate", "queue")
+VM_KINDS = ("cpu_hog", "pause", "resume", "clock_step", "migrate")
+
+
+@dataclass
+class NodeView:
+    """A fabric node: ``role`` vm/leaf/spine/superspine, ``tier`` 0 (VMs) .. 3 (super-spines)."""
+
+    name: str
+    role: str
+    tier: int
+
+
+@dataclass
+class LinkView:
+    """A link between nodes ``a`` and ``b`` (``a`` the lower tier).
+
+    ``utilization``: the busier direction's throughput over the link rate (0..1; against
+    1 Gbit/s for unshaped links); ``mbit``: that throughput, Mbit/s; ``bw_mbit``: the rate
+    (None: unshaped); ``drops``: packets dropped on both ends since bring-up (qdisc and
+    interface counters); ``loss_percent``: injected loss.
+    """
+
+    a: str
+    b: str
+    utilization: float = 0.0
+    up: bool = True
+    drops: int = 0
+    mbit: float = 0.0
+    bw_mbit: float | None = None
+    loss_percent: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return f"{self.a}-{self.b}"
+
+
+@dataclass
+class VMView:
+    """A VM: where it runs, its clock (truth) and what the agents estimate.
+
+    ``offset_ms``/``drift_ppm``: the injected clock (t_v - t, and the frequency error) now.
+    ``est_*``: the coordinator's estimate relative to the reference VM; ``err_offset_us`` and
+    ``err_drift_ppm``: estimate minus truth (relative to the same reference). None when no
+    agent runs.
+    """
+
+    name: str
+    phys: str
+    leaf: str
+    cpu_pct: float = 0.0
+    offset_ms: float = 0.0
+    drift_ppm: float = 0.0
+    est_offset_ms: float | None = None
+    est_drift_ppm: float | None = None
+    err_offset_us: float | None = None
+    err_drift_ppm: float | None = None
+    paused: bool = False
+    hog: bool = False
+
+
+@dataclass
+class GroupView:
+    """A collocation group the agents found (``confidence`` 0..1)."""
+
+    members: list[str]
+    confidence: float | None = None
+
+
+@dataclass
+class JobView:
+    """A collective job: ``progress`` 0..1, ``iteration_s`` per-iteration times (s) when
+    known, ``completion_s`` once done, ``verified`` (the result checked out)."""
+
+    name: str
+    progress: float = 0.0
+    iteration_s: list[float] = field(default_factory=list)
+    completion_s: float | None = None
+    verified: bool | None = None
+    error: str | None = None
+
+
+@dataclass
+class EventView:
+    """A timeline event: a fault (``source`` "timeline" or "tui"), a job step or a lab note.
+    ``t_s`` is seconds after bring-up."""
+
+    t_s: float
+    kind: str
+    target: str
+    params: dict[str, Any] = field(default_factory=dict)
+    source: str = "lab"
+
+    def describe(self) -> str:
+        params = " ".join(f"{k}={v}" for k, v in self.params.items()
+                          if k not in ("at_ns", "true_ns"))
+        return f"{self.kind} {self.target} {params}".strip()
+
+
+@dataclass
+class FidelityView:
+    """The machine's state: ``busy`` and ``softirq`` fractions of all CPUs (last interval),
+    ``saturated`` (timing results not trustworthy)."""
+
+    busy: float = 0.0
+    softirq: float = 0.0
+    saturated: bool = False
+
+
+@dataclass
+class Snapshot:
+    """Everything the TUI draws at one instant.
+
+    ``state``: "starting", "running", "paused" (timeline held), "done" (timeline over),
+    "stopped" (torn down) or "error". ``pending``: the scenario's timeline entries not yet
+    played, in order. ``owd_us``: ``{"a->b": p50 one-way delay, us}``; ``asymmetry_us``:
+    ``{"a<->b": owd(a->b) - owd(b->a), us}``.
+    """
+
+    time_s: float = 0.0
+    scenario: str = ""
+    lab: str = ""
+    state: str = "starting"
+    nodes: list[NodeView] = field(default_factory=list)
+    links: list[LinkView] = field(default_factory=list)
+    vms: list[VMView] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    groups: list[GroupView] = field(default_factory=list)
+    truth_groups: list[list[str]] = field(default_factory=list)
+    reference: str | None = None
+    owd_us: dict[str, float] = field(default_factory=dict)
+    asymmetry_us: dict[str, float] = field(default_factory=dict)
+    jobs: list[JobView] = field(default_factory=list)
+    events: list[EventView] = field(default_factory=list)
+    pending: list[EventView] = field(default_factory=list)
+    fidelity: FidelityView = field(default_factory=FidelityView)
+    agents: str = "off"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> Snapshot:
+        """Inverse of ``to_dict``; unknown keys are ignored (newer recordings load)."""
+        nested = {"nodes": NodeView, "links": LinkView, "vms": VMView, "groups": GroupView,
+                  "jobs": JobView, "events": EventView, "pending": EventView}
+        known = {f.name for f in fields(cls)}
+        kw: dict[str, Any] = {}
+        for k, v in doc.items():
+            if k not in known:
+                continue
+            if k in nested:
+                kw[k] = [_build(nested[k], x) for x in v]
+            elif k == "fidelity":
+                kw[k] = _build(FidelityView, v)
+            else:
+                kw[k] = v
+        return cls(**kw)
+
+    def link(self, a: str, b: str) -> LinkView | None:
+        for lk in self.links:
+            if {lk.a, lk.b} == {a, b}:
+                return lk
+        return None
+
+    def vm(self, name: str) -> VMView | None:
+        for v in self.vms:
+            if v.name == name:
+                return v
+        return None
+
+
+def _build(cls, doc: dict):
+    known = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in doc.items() if k in known})
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A running (or replayed) scenario. Methods may block; call them from worker threads.
+
+    Errors: ``inject`` raises ``lab.errors.LabError`` (or ``ValueError``) with a message for
+    the user when a fault cannot be applied; the others raise ``LabError`` on lab failures.
+    """
+
+    scenario: str
+
+    def start(self, scenario: str | None = None) -> None:
+        """Bring the scenario's lab up and start its timeline (None: the one given before)."""
+
+    def snapshot(self) -> Snapshot:
+        """The state now."""
+
+    def inject(self, kind: str, **args) -> EventView:
+        """Apply fault ``kind`` (``lab.faults.KINDS``) now; the stamped event."""
+
+    def pause(self) -> None:
+        """Hold the scenario timeline (faults already injected stay)."""
+
+    def resume(self) -> None:
+        """Let the timeline play on (the remaining steps keep their spacing)."""
+
+    def step(self) -> EventView | None:
+        """Play the next timeline step now; None when none is left."""
+
+    def stop(self) -> None:
+        """Tear the lab down (idempotent; safe from any thread, also after a crash)."""

@@ -1,0 +1,212 @@
+"""Replay a recorded run (no root) and record a live one.
+
+A recording is one JSON document ``{"schema": "nslab.tui-recording/1", "scenario": ...,
+"frames": [Snapshot.to_dict(), ...]}``, one frame per ``snapshot()`` of the live run.
+
+``RecordedBackend`` plays the frames in order (one per ``snapshot()`` while the timeline runs,
+holding the last one), and keeps the controls honest: an injected fault is stamped into its
+event list and changes what later frames show (a link taken down stays down, a paused VM stays
+paused, ...), so Pilot tests can drive every control without a lab.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from tui.backend import SCHEMA, EventView, Snapshot
+
+RECORDINGS = Path(__file__).parent / "recordings"
+DEFAULT_RECORDING = RECORDINGS / "tui_demo.json"
+
+
+def load_recording(path: str | Path) -> tuple[str, list[Snapshot]]:
+    """(scenario name, frames) of a recording file.
+
+    Raises:
+        ValueError: not a recording (wrong schema or no frame).
+    """
+    doc = json.loads(Path(path).read_text())
+    if doc.get("schema") != SCHEMA or not doc.get("frames"):
+        raise ValueError(f"{path}: not an {SCHEMA} document with frames")
+    return doc.get("scenario", ""), [Snapshot.from_dict(f) for f in doc["frames"]]
+
+
+class RecordedBackend:
+    """A ``Backend`` over recorded frames (see the module doc)."""
+
+    def __init__(self, path: str | Path = DEFAULT_RECORDING, start_at: int = 0,
+                 advance: bool = True):
+        """``start_at``: first frame played; ``advance``: False holds that frame (snapshot
+        tests)."""
+        self.path = Path(path)
+        self.start_at, self.advance = start_at, advance
+        self.scenario, self.frames = load_recording(self.path)
+        self.index = 0
+        self.started = False
+        self.stopped = False
+        self.paused = False
+        self.injected: list[EventView] = []
+        self.stepped: list[EventView] = []
+        self.down: dict[frozenset, bool] = {}
+        self.loss: dict[frozenset, float] = {}
+        self.rate: dict[frozenset, float] = {}
+        self.vm_state: dict[str, dict] = {}
+        self.calls: list[str] = []
+
+    # -- Backend ---------------------------------------------------------------------------
+    def start(self, scenario: str | None = None) -> None:
+        self.calls.append("start")
+        if scenario:
+            self.scenario = scenario
+        self.started, self.stopped = True, False
+        self.index = min(self.start_at, len(self.frames) - 1)
+
+    def _frame(self) -> Snapshot:
+        return self.frames[min(self.index, len(self.frames) - 1)]
+
+    def snapshot(self) -> Snapshot:
+        frame = copy.deepcopy(self._frame())
+        if self.started and self.advance and not self.paused and not self.stopped:
+            self.index = min(self.index + 1, len(self.frames) - 1)
+        played = {(e.kind, e.target, e.t_s) for e in self.stepped}
+        frame.pending = [p for p in frame.pending if (p.kind, p.target, p.t_s) not in played]
+        frame.events = sorted(frame.events + self.stepped + self.injected, key=lambda e: e.t_s)
+        for lk in frame.links:
+            key = frozenset((lk.a, lk.b))
+            if key in self.down:
+                lk.up = not self.down[key]
+            if key in self.loss:
+                lk.loss_percent = self.loss[key]
+            if key in self.rate:
+                lk.bw_mbit = self.rate[key]
+        for vm in frame.vms:
+            for k, v in self.vm_state.get(vm.name, {}).items():
+                if k == "step_ms":
+                    vm.offset_ms += v
+                else:
+                    setattr(vm, k, v)
+        if self.stopped:
+            frame.state = "stopped"
+        elif self.paused:
+            frame.state = "paused"
+        return frame
+
+    def inject(self, kind: str, **args) -> EventView:
+        """Record the fault and let it show in later frames.
+
+        Raises:
+            ValueError: unknown kind or missing arguments (as the lab would refuse them).
+        """
+        if self.stopped:
+            raise ValueError("the lab is stopped")
+        frame = self._frame()
+        if "a" in args:
+            a, b = args["a"], args["b"]
+            if frame.link(a, b) is None:
+                raise ValueError(f"no link between {a} and {b}")
+            key, target = frozenset((a, b)), f"{a}-{b}"
+            params = {k: v for k, v in args.items() if k not in ("a", "b")}
+            if kind in ("link_down", "link_up"):
+                self.down[key] = kind == "link_down"
+            elif kind == "loss":
+                self.loss[key] = float(args["percent"])
+            elif kind == "rate":
+                self.rate[key] = float(args["mbit"])
+            elif kind not in ("flap", "queue"):
+                raise ValueError(f"fault {kind} does not apply to a link")
+        elif "vm" in args:
+            vm = args["vm"]
+            if frame.vm(vm) is None:
+                raise ValueError(f"no VM {vm!r}")
+            target, params = vm, {k: v for k, v in args.items() if k != "vm"}
+            st = self.vm_state.setdefault(vm, {})
+            if kind == "cpu_hog":
+                st["hog"] = bool(args.get("enable", True))
+            elif kind in ("pause", "resume"):
+                st["paused"] = kind == "pause"
+            elif kind == "clock_step":
+                st["step_ms"] = st.get("step_ms", 0.0) + float(args["step_ms"])
+            elif kind == "migrate":
+                if args["phys"] == frame.vm(vm).phys and "phys" not in st:
+                    raise ValueError(f"{vm} already runs on {args['phys']}")
+                st["phys"] = args["phys"]
+            else:
+                raise ValueError(f"fault {kind} does not apply to a VM")
+        else:
+            raise ValueError(f"fault {kind}: name a link (a, b) or a vm")
+        ev = EventView(t_s=frame.time_s, kind=kind, target=target, params=params, source="tui")
+        self.injected.append(ev)
+        self.calls.append(f"inject {kind} {target}")
+        return ev
+
+    def pause(self) -> None:
+        self.calls.append("pause")
+        self.paused = True
+
+    def resume(self) -> None:
+        self.calls.append("resume")
+        self.paused = False
+
+    def step(self) -> EventView | None:
+        self.calls.append("step")
+        played = {(e.kind, e.target, e.t_s) for e in self.stepped}
+        for p in self._frame().pending:
+            if (p.kind, p.target, p.t_s) not in played:
+                ev = copy.deepcopy(p)
+                ev.source = "step"
+                self.stepped.append(ev)
+                return ev
+        return None
+
+    def stop(self) -> None:
+        if not self.stopped:
+            self.calls.append("stop")
+        self.stopped = True
+
+
+class Recorder:
+    """Wraps a backend and keeps every snapshot; ``save(path)`` writes the recording.
+
+    ``RecordedBackend(path)`` replays it."""
+
+    def __init__(self, inner, path: str | Path):
+        self.inner, self.path = inner, Path(path)
+        self.frames: list[dict] = []
+
+    @property
+    def scenario(self) -> str:
+        return self.inner.scenario
+
+    def start(self, scenario: str | None = None) -> None:
+        self.inner.start(scenario)
+
+    def snapshot(self) -> Snapshot:
+        snap = self.inner.snapshot()
+        self.frames.append(snap.to_dict())
+        return snap
+
+    def inject(self, kind: str, **args) -> EventView:
+        return self.inner.inject(kind, **args)
+
+    def pause(self) -> None:
+        self.inner.pause()
+
+    def resume(self) -> None:
+        self.inner.resume()
+
+    def step(self) -> EventView | None:
+        return self.inner.step()
+
+    def stop(self) -> None:
+        try:
+            self.inner.stop()
+        finally:
+            self.save()
+
+    def save(self) -> None:
+        if not self.frames:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"schema": SCHEMA, "scenario": self.inner.scenario, "frames": self.frames}
+        self.path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")

@@ -1,0 +1,11 @@
+"""The TUI's widgets, one per module."""
+from tui.widgets.collocation import CollocationView
+from tui.widgets.events import EventLog
+from tui.widgets.fabric import FabricView
+from tui.widgets.jobs import JobsPanel
+from tui.widgets.owd import OwdHeatmap
+from tui.widgets.status import StatusBar
+from tui.widgets.vmtable import VMTable
+
+__all__ = ["CollocationView", "EventLog", "FabricView", "JobsPanel", "OwdHeatmap", "StatusBar",
+           "VMTable"]

@@ -1,0 +1,57 @@
+"""The VMs: physical host, leaf, CPU, injected clock against the agents' estimate."""
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from tui.backend import Snapshot, VMView
+
+COLUMNS = ("VM", "phys", "leaf", "CPU%", "offset ms", "ppm", "est ms", "err us", "est ppm",
+           "err ppm", "state")
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+class VMTable(DataTable):
+    """One row per VM; the cursor row is the selected VM for VM faults."""
+
+    def on_mount(self) -> None:
+        self.cursor_type = "row"
+        self.zebra_stripes = True
+        for c in COLUMNS:
+            self.add_column(c, key=c)
+
+    @property
+    def selected_vm(self) -> str | None:
+        if self.row_count == 0:
+            return None
+        return str(self.get_row_at(self.cursor_row)[0])
+
+    def select_vm(self, name: str) -> bool:
+        for i in range(self.row_count):
+            if str(self.get_row_at(i)[0]) == name:
+                self.move_cursor(row=i)
+                return True
+        return False
+
+    def update_snapshot(self, snap: Snapshot) -> None:
+        keep = self.cursor_row
+        self.clear()
+        for v in snap.vms:
+            self.add_row(*self._row(v), key=v.name)
+        if self.row_count:
+            self.move_cursor(row=min(keep, self.row_count - 1))
+
+    @staticmethod
+    def _row(v: VMView) -> list:
+        state = Text("paused", "bold yellow") if v.paused else (
+            Text("hog", "bold red") if v.hog else Text("ok", "green"))
+        err = _num(v.err_offset_us, ".1f")
+        err_t = Text(err, "red" if v.err_offset_us is not None and abs(v.err_offset_us) > 100
+                     else "green" if v.err_offset_us is not None else "")
+        cpu = Text(f"{v.cpu_pct:.0f}", "red" if v.cpu_pct > 40 else "")
+        return [v.name, v.phys, v.leaf, cpu, f"{v.offset_ms:+.3f}", f"{v.drift_ppm:+.2f}",
+                _num(v.est_offset_ms, "+.3f"), err_t, _num(v.est_drift_ppm, "+.2f"),
+                _num(v.err_drift_ppm, "+.3f"), state]
