@@ -415,10 +415,11 @@ def make_app(backend: Backend, **kw) -> NslabApp:
     return NslabApp(backend, **kw)
 
 
-def run_app(app: NslabApp) -> int:
+def run_app(app: NslabApp, headless: bool = False,
+            size: tuple[int, int] | None = None) -> int:
     """Run ``app``; the lab is torn down whatever happens (also on a crash or ctrl+c)."""
     try:
-        app.run()
+        app.run(headless=headless, size=size)
     finally:
         app.backend.stop()
     return app.return_code or 0

@@ -82,4 +82,6 @@ def main(args) -> int:
     shot = (args.screenshot, args.after) if args.screenshot else None
     app = make_app(backend, backend_factory=factory if not args.record else None,
                    screenshot=shot)
+    if shot:  # no terminal needed: render off-screen at a README-friendly size
+        return run_app(app, headless=True, size=(120, 34))
     return run_app(app)
