@@ -33,7 +33,9 @@ MID = 5  # a recorded frame with a link down, load on the fabric and a CPU hog
 
 
 def app_on(backend=None, **kw):
-    return make_app(backend or RecordedBackend(start_at=MID, advance=False), poll_s=0.5, **kw)
+    app = make_app(backend or RecordedBackend(start_at=MID, advance=False), poll_s=0.5, **kw)
+    app.animation_level = "none"
+    return app
 
 
 async def ready(pilot) -> None:
