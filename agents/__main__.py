@@ -1,0 +1,205 @@
+"""``python -m agents``: the agent daemon (one per VM) and the coordinator.
+
+Exit status: 0 after SIGTERM/SIGINT, 2 for bad arguments, 1 when a socket cannot be opened.
+"""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import signal
+import sys
+import threading
+
+__all__ = ["main"]
+
+log = logging.getLogger("agents")
+
+
+def _ip(text: str) -> str:
+    try:
+        return str(ipaddress.IPv4Address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an IPv4 address: {text!r}") from None
+
+
+def _peers(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        name, sep, ip = item.partition("=")
+        if not sep or not name:
+            raise argparse.ArgumentTypeError(f"peer {item!r} is not NAME=IP")
+        if name in out:
+            raise argparse.ArgumentTypeError(f"peer {name!r} listed twice")
+        out[name] = _ip(ip)
+    return out
+
+
+def _hostport(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host, _port(port)
+
+
+def _port(text: str) -> int:
+    try:
+        p = int(text)
+    except ValueError:
+        p = -1
+    if not 0 < p < 65536:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}")
+    return p
+
+
+def _positive(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        x = float("nan")
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return x
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except for options without one."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = _Help
+    p = argparse.ArgumentParser(
+        prog="python -m agents", formatter_class=fmt,
+        description="nslab daemons: 'agent' runs in every VM (coded UDP probes with kernel "
+                    "timestamps to its peers, records reported to the coordinator); "
+                    "'coordinator' fits the pairs (Huygens), solves the network for every "
+                    "VM's clock offset and drift against a reference VM, OWD and collocation, "
+                    "and serves them as JSON (GET /api/v1/state, see agents/API.md).")
+    p.add_argument("--log-level", default="INFO",
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="stderr log level")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{agent,coordinator}")
+
+    a = sub.add_parser(
+        "agent", formatter_class=fmt, help="the probe daemon of one VM",
+        description="Probe peers with coded UDP pairs, timestamp them in the kernel "
+                    "(SO_TIMESTAMPING, converted to the VM clock of NSLAB_CLOCK, else the "
+                    "system clock) and report the records to the coordinator over TCP. "
+                    "Probe format: agents/PROBE.md.",
+        epilog="example: python -m agents agent --name vm1 --bind 10.1.1.2 "
+               "--peers vm2=10.1.2.2,vm3=10.2.1.2 --coordinator 10.1.1.2:7700")
+    a.add_argument("--name", required=True, help="this VM's name (as the peers know it)")
+    a.add_argument("--bind", required=True, type=_ip, help="this VM's IPv4 address")
+    a.add_argument("--peers", required=True, type=_peers,
+                   help="the other VMs as NAME=IP,NAME=IP,... (all on the same --port)")
+    a.add_argument("--coordinator", required=True, type=_hostport,
+                   help="the coordinator's report listener HOST:PORT")
+    a.add_argument("--port", type=_port, default=7701, help="UDP probe port of every agent")
+    a.add_argument("--rate", type=_positive, default=20.0,
+                   help="coded probe pairs per second per active peer")
+    a.add_argument("--key", default=None,
+                   help="shared HMAC-SHA256 key in hex (>= 16 digits); every agent must "
+                        "use the same one; probes without a valid tag are rejected")
+    a.add_argument("--window", type=_positive, default=2.0,
+                   help="estimation window, s (peers that probed this VM in the last two "
+                        "windows are probed back)")
+    a.add_argument("--max-peers", type=int, default=16,
+                   help="probe a random subset of this many peers (re-drawn every "
+                        "--redraw s) when there are more")
+    a.add_argument("--redraw", type=_positive, default=60.0,
+                   help="re-draw period of the random peer subset, s")
+    a.add_argument("--size", type=int, default=0,
+                   help="probe UDP payload bytes (0: minimal, 56, or 72 with --key)")
+    a.add_argument("--report", type=_positive, default=0.5, help="report period, s")
+    a.add_argument("--seed", type=int, default=None, help="seed of peer choice and jitter")
+
+    c = sub.add_parser(
+        "coordinator", formatter_class=fmt, help="the network-wide solver and JSON API",
+        description="Accept agents' reports (JSON lines over TCP on --bind:--port), estimate "
+                    "every VM's clock per window and serve GET /api/v1/state and "
+                    "/api/v1/health on --http-port (schema nslab.coordinator/1, "
+                    "agents/API.md).")
+    c.add_argument("--bind", required=True, type=_ip, help="IPv4 address to listen on")
+    c.add_argument("--port", type=_port, default=7700, help="TCP port for agents' reports")
+    c.add_argument("--http-port", type=_port, default=7780, help="HTTP API port")
+    c.add_argument("--http-bind", type=_ip, default=None,
+                   help="address of the HTTP API (default: --bind)")
+    c.add_argument("--window", type=_positive, default=2.0, help="estimation window, s")
+    c.add_argument("--reference", default=None,
+                   help="reference VM whose clock is the zero (default: the "
+                        "lexicographically first VM name)")
+    c.add_argument("--guard-us", type=float, default=5.0,
+                   help="coded-pair guard band, us: a pair is pure when its receive gap is "
+                        "within this of its send gap")
+    c.add_argument("--history", type=int, default=300, help="windows kept in the history")
+    c.add_argument("--series", type=int, default=150,
+                   help="windows of drift series used for collocation")
+    return p
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+
+    def handler(signum, _frame):
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run a daemon until SIGTERM/SIGINT; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.command == "agent":
+        from agents.agent import Agent, AgentConfig
+        from agents.probe import parse_key
+        if args.name in args.peers:
+            parser.error(f"--peers lists this VM itself ({args.name})")
+        if args.max_peers < 1:
+            parser.error("--max-peers must be >= 1")
+        try:
+            key = parse_key(args.key)
+            cfg = AgentConfig(name=args.name, bind=args.bind, peers=args.peers,
+                              coordinator=args.coordinator, port=args.port, rate=args.rate,
+                              key=key, window_s=args.window, max_peers=args.max_peers,
+                              size=args.size, redraw_s=args.redraw, report_s=args.report,
+                              seed=args.seed)
+            if args.size and not 0 <= args.size <= 1472:
+                raise ValueError(f"--size {args.size} is outside 0..1472")
+            agent = Agent(cfg)
+        except ValueError as e:
+            parser.error(str(e))
+        except OSError as e:
+            log.error("cannot open the probe socket on %s:%d: %s", args.bind, args.port, e)
+            return 1
+        stop = _stop_on_signals()
+        log.info("agent %s on %s:%d, %d peers, %.3g pairs/s/peer%s", args.name, args.bind,
+                 args.port, len(args.peers), args.rate, ", HMAC" if key else "")
+        agent.run(stop)
+        return 0
+    from agents.coordinator import Coordinator, serve
+    if args.history < 1 or args.series < 3:
+        parser.error("--history must be >= 1 and --series >= 3")
+    coord = Coordinator(window_s=args.window, reference=args.reference,
+                        guard_ns=args.guard_us * 1e3, history=args.history,
+                        series_windows=args.series)
+    stop = _stop_on_signals()
+    try:
+        serve(coord, args.bind, args.port, args.http_port, stop, http_bind=args.http_bind)
+    except OSError as e:
+        log.error("cannot listen on %s: %s", args.bind, e)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

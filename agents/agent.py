@@ -1,0 +1,426 @@
+"""The agent daemon that runs in every VM: a mesh of coded UDP probes with kernel timestamps.
+
+What it does (Huygens, Geng et al., NSDI 2018, with kernel software timestamps):
+
+* Every ``1 / rate`` s on average (uniform jitter +-50%, so agents never lock in phase) it
+  sends a *coded pair* to each active peer: two probes back to back on one UDP socket.
+* Timestamps come from the kernel (``SO_TIMESTAMPING``, see Linux
+  ``Documentation/networking/timestamping.rst``): software receive stamps arrive with each
+  datagram (``SCM_TIMESTAMPING`` control message), software transmit stamps on the socket's
+  error queue (``MSG_ERRQUEUE``; the looped-back packet identifies the probe by its sequence).
+  Both are CLOCK_REALTIME and are converted into the VM clock with ``agents.clock.Clock``.
+* Two-step scheme: a probe's precise TX stamp is known only after it left, so each pair sent
+  to a peer carries, as a follow-up, the TX stamps of the *previous* pair sent to that peer.
+  The receiver keeps the RX stamps of recent pairs per sender and, when the follow-up
+  arrives, emits one record ``(src, pair_id, idx, tx_ns, rx_ns)`` per probe: tx on the
+  sender's VM clock, rx on this VM's clock. If the kernel gave no TX stamp, the follow-up
+  carries user-space stamps (flag FU_USER, counted as ``tx_user_stamps``); a missing RX stamp
+  is replaced by the user-space clock (``rx_user_stamps``).
+* Peers: all of them when there are at most ``max_peers``; otherwise a random subset of
+  ``max_peers``, re-drawn every ``redraw_s``. An agent also probes back every peer that probed
+  it during the last two windows, so each probed pair has both directions (the fit needs
+  both).
+* Reports go to the coordinator over TCP as JSON lines (``API.md``, "Agent reports"), every
+  ``report_s``. The connection is re-established with exponential backoff (0.2 s .. 5 s,
+  jittered). Records wait in a bounded buffer: when full, the oldest are dropped and counted
+  (``records_dropped``).
+* Received datagrams are validated by ``agents.probe.ProbeFilter``; rejects are counted by
+  reason and reported, never fatal.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import random
+import select
+import socket
+import struct
+import threading
+import time
+from collections import Counter, OrderedDict, deque
+from dataclasses import dataclass, field
+
+from agents.clock import Clock
+from agents.probe import (
+    FOLLOWUP,
+    FU_USER,
+    HEADER_LEN,
+    MAGIC,
+    TAG_LEN,
+    Probe,
+    ProbeFilter,
+    encode,
+    node_id,
+)
+
+__all__ = ["REPORT_SCHEMA", "Agent", "AgentConfig", "Reporter"]
+
+log = logging.getLogger("agents.agent")
+
+REPORT_SCHEMA = "nslab.report/1"
+
+# Linux socket API (include/uapi/asm-generic/socket.h, linux/net_tstamp.h, linux/errqueue.h)
+SO_TIMESTAMPING = 37              # SO_TIMESTAMPING_OLD: struct timespec[3] (native longs)
+SOF_TIMESTAMPING_TX_SOFTWARE = 1 << 1
+SOF_TIMESTAMPING_RX_SOFTWARE = 1 << 3
+SOF_TIMESTAMPING_SOFTWARE = 1 << 4
+TS_FLAGS = SOF_TIMESTAMPING_TX_SOFTWARE | SOF_TIMESTAMPING_RX_SOFTWARE | SOF_TIMESTAMPING_SOFTWARE
+MSG_ERRQUEUE = getattr(socket, "MSG_ERRQUEUE", 0x2000)
+_TIMESPEC = struct.Struct("@ll")
+_SEQ_OFF = 12                     # seq's offset in the probe header
+_SEQ = struct.Struct("!Q")
+_MAGIC = struct.Struct("!H")
+_ANC = 512                        # ancillary buffer bytes
+
+
+def _kernel_stamp(ancdata) -> int | None:
+    """CLOCK_REALTIME ns of the software stamp (ts[0]) in an SCM_TIMESTAMPING message."""
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPING and len(data) >= 16:
+            sec, nsec = _TIMESPEC.unpack_from(data, 0)
+            if sec or nsec:
+                return sec * 1_000_000_000 + nsec
+    return None
+
+
+@dataclass
+class AgentConfig:
+    """An agent's settings (``python -m agents agent --help`` explains each).
+
+    Attributes:
+        name: this VM's name.
+        bind: IPv4 address to bind the probe socket to.
+        peers: ``{name: ip}`` of the other VMs (all use the same ``port``).
+        coordinator: ``(host, port)`` of the coordinator's report listener.
+        port: UDP probe port.
+        rate: coded pairs per second per active peer.
+        key: shared HMAC key, or None.
+        window_s: the estimation window, s (peers that probed us within two windows are
+            probed back).
+        max_peers: size of the random peer subset.
+        size: probe datagram size in bytes (0: minimal, 56 or 72 with a key).
+        redraw_s: re-draw period of the peer subset, s.
+        report_s: report period, s.
+        max_records: bound of the record buffer while the coordinator is away.
+        seed: seed of the peer choice and send jitter (None: from the name and the time).
+    """
+
+    name: str
+    bind: str
+    peers: dict[str, str]
+    coordinator: tuple[str, int]
+    port: int = 7701
+    rate: float = 20.0
+    key: bytes | None = None
+    window_s: float = 2.0
+    max_peers: int = 16
+    size: int = 0
+    redraw_s: float = 60.0
+    report_s: float = 0.5
+    max_records: int = 50_000
+    seed: int | None = None
+
+
+@dataclass
+class _Sent:
+    """The last pair sent to one peer: kernel TX stamps (VM ns) and user-space ones
+    (CLOCK_REALTIME ns, converted only if needed)."""
+
+    pair_id: int
+    tx: list = field(default_factory=lambda: [None, None])
+    user: list = field(default_factory=lambda: [None, None])
+
+
+class Agent:
+    """The probe mesh of one VM. ``run(stop)`` blocks until ``stop`` is set.
+
+    Raises (from the constructor):
+        OSError: the socket cannot be bound or timestamping is not supported.
+        ValueError: two VM names hash to the same probe id, or bad settings.
+    """
+
+    def __init__(self, cfg: AgentConfig, clock: Clock | None = None):
+        if cfg.rate <= 0:
+            raise ValueError(f"rate must be > 0, got {cfg.rate}")
+        if cfg.max_peers < 1:
+            raise ValueError(f"max_peers must be >= 1, got {cfg.max_peers}")
+        self.cfg = cfg
+        self.clock = clock or Clock()
+        self.filter = ProbeFilter(cfg.name, cfg.peers, cfg.key)
+        self.my_id = node_id(cfg.name)
+        self.peer_ids = {p: node_id(p) for p in cfg.peers}
+        self.size = max(cfg.size, HEADER_LEN + (TAG_LEN if cfg.key else 0))
+        self.rng = random.Random(cfg.seed if cfg.seed is not None
+                                 else node_id(cfg.name) ^ time.time_ns())
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, TS_FLAGS)
+            self.sock.bind((cfg.bind, cfg.port))
+            self.sock.setblocking(False)
+        except OSError:
+            self.sock.close()
+            raise
+        # sequence numbers start at the VM clock in us, so a restarted agent stays ahead of
+        # its previous run in its peers' replay windows
+        self.seq = self.clock.now_ns() // 1000
+        self.pair_seq = self.rng.getrandbits(32)
+        self.pending: OrderedDict[int, tuple[str, int, int]] = OrderedDict()
+        self.sent: dict[str, _Sent] = {}
+        self.inflight: dict[str, OrderedDict[int, list]] = {p: OrderedDict() for p in cfg.peers}
+        self.last_rx: dict[str, float] = {}
+        self.next_send: dict[str, float] = {}
+        self.chosen: list[str] = []
+        self.next_redraw = 0.0
+        self.records: deque = deque(maxlen=cfg.max_records)
+        self.counters: Counter[str] = Counter()
+        self.send_errors: Counter[str] = Counter()
+        self.reporter = Reporter(self)
+
+    # ---- peers -------------------------------------------------------------------------
+    def _redraw(self, now: float) -> None:
+        names = sorted(self.cfg.peers)
+        if len(names) <= self.cfg.max_peers:
+            self.chosen = names
+            self.next_redraw = float("inf")
+        else:
+            self.chosen = sorted(self.rng.sample(names, self.cfg.max_peers))
+            self.next_redraw = now + self.cfg.redraw_s
+            log.info("peers: %s", ",".join(self.chosen))
+
+    def active_peers(self, now: float) -> set[str]:
+        """The chosen subset plus every peer that probed this VM in the last two windows."""
+        horizon = now - 2 * self.cfg.window_s
+        return set(self.chosen) | {p for p, t in self.last_rx.items() if t >= horizon}
+
+    # ---- sending -----------------------------------------------------------------------
+    def _interval(self) -> float:
+        return self.rng.uniform(0.5, 1.5) / self.cfg.rate
+
+    def _send_pair(self, peer: str) -> None:
+        cfg = self.cfg
+        pid = self.pair_seq
+        self.pair_seq = (pid + 1) & 0xFFFFFFFF
+        flags, fu = 0, (0, 0, 0)
+        last = self.sent.get(peer)
+        if last is not None:
+            if last.tx[0] is not None and last.tx[1] is not None:
+                flags, fu = FOLLOWUP, (last.pair_id, last.tx[0], last.tx[1])
+            elif last.user[0] is not None and last.user[1] is not None:
+                self.counters["tx_user_stamps"] += 2
+                flags = FOLLOWUP | FU_USER
+                fu = (last.pair_id, self.clock.to_vm_ns(last.user[0]),
+                      self.clock.to_vm_ns(last.user[1]))
+        tx_ns = self.clock.now_ns()
+        dst = self.peer_ids[peer]
+        seq0 = self.seq
+        self.seq += 2
+        pkts = [encode(Probe(self.my_id, dst, seq0 + i, pid, i, tx_ns, flags, *fu),
+                       cfg.key, self.size) for i in (0, 1)]
+        cur = self.sent[peer] = _Sent(pid)
+        addr = (cfg.peers[peer], cfg.port)
+        for i, pkt in enumerate(pkts):
+            t_user = time.time_ns()
+            try:
+                self.sock.sendto(pkt, addr)
+            except OSError as e:
+                self.send_errors[errno.errorcode.get(e.errno or 0, str(e.errno))] += 1
+                continue
+            cur.user[i] = t_user
+            self.pending[seq0 + i] = (peer, pid, i)
+            self.counters["probes_tx"] += 1
+        while len(self.pending) > 4096:  # stamps that never came
+            self.pending.popitem(last=False)
+            self.counters["tx_stamps_missing"] += 1
+
+    def _drain_errqueue(self) -> None:
+        while True:
+            try:
+                data, anc, _flags, _addr = self.sock.recvmsg(2048, _ANC, MSG_ERRQUEUE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                self.counters["errqueue_errors"] += 1
+                return
+            stamp = _kernel_stamp(anc)
+            if stamp is None or len(data) < self.size:
+                continue
+            tail = len(data) - self.size  # the queued packet may carry L2/L3/L4 headers
+            if _MAGIC.unpack_from(data, tail)[0] != MAGIC:
+                continue
+            seq = _SEQ.unpack_from(data, tail + _SEQ_OFF)[0]
+            ent = self.pending.pop(seq, None)
+            if ent is None:
+                continue
+            peer, pid, i = ent
+            s = self.sent.get(peer)
+            if s is not None and s.pair_id == pid:
+                s.tx[i] = self.clock.to_vm_ns(stamp)
+
+    # ---- receiving ---------------------------------------------------------------------
+    def _drain_rx(self, now: float) -> None:
+        while True:
+            try:
+                data, anc, _flags, addr = self.sock.recvmsg(2048, _ANC)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                self.counters["recv_errors"] += 1
+                return
+            stamp = _kernel_stamp(anc)
+            res = self.filter.check(data, addr[0])
+            if res is None:
+                continue
+            src, p = res
+            if stamp is None:
+                self.counters["rx_user_stamps"] += 1
+                rx = self.clock.now_ns()
+            else:
+                rx = self.clock.to_vm_ns(stamp)
+            self.last_rx[src] = now
+            pairs = self.inflight[src]
+            slot = pairs.get(p.pair_id)
+            if slot is None:
+                slot = pairs[p.pair_id] = [None, None]
+                if len(pairs) > 64:
+                    pairs.popitem(last=False)
+            slot[p.idx] = rx
+            if p.flags & FOLLOWUP:
+                done = pairs.pop(p.fu_pair_id, None)
+                if done is not None:
+                    for i, tx in ((0, p.fu_tx0_ns), (1, p.fu_tx1_ns)):
+                        if done[i] is not None:
+                            if len(self.records) == self.records.maxlen:
+                                self.counters["records_dropped"] += 1
+                            self.records.append((src, p.fu_pair_id, i, tx, done[i]))
+
+    # ---- main loop ---------------------------------------------------------------------
+    def stats(self) -> dict:
+        """Counters for the coordinator (a snapshot; see API.md)."""
+        c = self.counters
+        return {"probes_tx": c["probes_tx"], "probes_rx": self.filter.accepted,
+                "rejects": dict(self.filter.rejects), "send_errors": dict(self.send_errors),
+                "records_dropped": c["records_dropped"], "records_unsent": c["records_unsent"],
+                "tx_user_stamps": c["tx_user_stamps"], "rx_user_stamps": c["rx_user_stamps"],
+                "tx_stamps_missing": c["tx_stamps_missing"],
+                "peers_active": sorted(self.active_peers(time.monotonic()))}
+
+    def run(self, stop: threading.Event) -> None:
+        """Probe, receive and report until ``stop`` is set; closes the socket on return."""
+        self.reporter.start()
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN | select.POLLERR)
+        try:
+            while not stop.is_set():
+                now = time.monotonic()
+                if now >= self.next_redraw:
+                    self._redraw(now)
+                active = self.active_peers(now)
+                for p in list(self.next_send):
+                    if p not in active:
+                        del self.next_send[p]
+                for p in active:
+                    if p not in self.next_send:
+                        self.next_send[p] = now + self.rng.uniform(0, 1 / self.cfg.rate)
+                for p, t in self.next_send.items():
+                    if t <= now:
+                        self._send_pair(p)
+                        self.next_send[p] = max(t + self._interval(), now)
+                wake = min(self.next_send.values(), default=now + 0.1)
+                timeout_ms = min(max(wake - time.monotonic(), 0.0), 0.1) * 1000
+                for _fd, ev in poller.poll(timeout_ms):
+                    if ev & select.POLLERR:
+                        self._drain_errqueue()
+                    if ev & select.POLLIN:
+                        self._drain_rx(time.monotonic())
+        finally:
+            self.reporter.stop.set()
+            self.reporter.join(timeout=2.0)
+            self.sock.close()
+
+    def hello(self) -> dict:
+        cfg = self.cfg
+        return {"type": "hello", "schema": REPORT_SCHEMA, "name": cfg.name, "ip": cfg.bind,
+                "port": cfg.port, "rate": cfg.rate, "window_s": cfg.window_s,
+                "report_s": cfg.report_s,
+                "peers": sorted(cfg.peers), "pid": os.getpid()}
+
+
+class Reporter(threading.Thread):
+    """Sends an agent's records and counters to the coordinator as JSON lines.
+
+    One ``hello`` per connection, then a ``report`` every ``report_s`` (at most ``batch``
+    records per line). Reconnects with exponential backoff; records of a failed send are lost
+    and counted (``records_unsent``): TCP cannot tell what the dead peer received.
+    """
+
+    def __init__(self, agent: Agent, batch: int = 5000):
+        super().__init__(daemon=True, name="nslab-reporter")
+        self.agent = agent
+        self.batch = batch
+        self.stop = threading.Event()
+        self.connected = False
+        self.connects = 0
+
+    def _report(self, sock: socket.socket) -> None:
+        a = self.agent
+        lines = []
+        while True:
+            rows: dict[str, list] = {}
+            n = 0
+            while n < self.batch:
+                try:
+                    src, pid, i, tx, rx = a.records.popleft()
+                except IndexError:
+                    break
+                rows.setdefault(src, []).append([pid, i, tx, rx])
+                n += 1
+            msg = {"type": "report", "name": a.cfg.name, "t_ns": a.clock.now_ns(), "rx": rows}
+            if not a.records:
+                msg["stats"] = a.stats()
+            lines.append(((json.dumps(msg, separators=(",", ":")) + "\n").encode(), n))
+            if not a.records:
+                break
+        for data, n in lines:
+            try:
+                sock.sendall(data)
+            except OSError:
+                a.counters["records_unsent"] += n
+                raise
+
+    def run(self) -> None:
+        host, port = self.agent.cfg.coordinator
+        backoff = 0.2
+        while not self.stop.is_set():
+            try:
+                sock = socket.create_connection((host, port), timeout=2.0)
+            except OSError as e:
+                log.debug("coordinator %s:%d unreachable: %s", host, port, e)
+                self.stop.wait(backoff * random.uniform(0.5, 1.0))
+                backoff = min(backoff * 2, 5.0)
+                continue
+            backoff = 0.2
+            self.connects += 1
+            self.connected = True
+            log.info("connected to coordinator %s:%d", host, port)
+            try:
+                sock.settimeout(2.0)
+                sock.sendall((json.dumps(self.agent.hello()) + "\n").encode())
+                while not self.stop.wait(self.agent.cfg.report_s):
+                    # the coordinator never writes: readable means closed (or reset)
+                    if select.select([sock], [], [], 0)[0] and sock.recv(4096) == b"":
+                        raise ConnectionResetError("coordinator closed the connection")
+                    self._report(sock)
+                try:  # last report on a clean stop
+                    self._report(sock)
+                except OSError:
+                    pass
+            except OSError as e:
+                log.info("coordinator connection lost: %s", e)
+            except Exception:  # noqa: BLE001 - the reporter must outlive any bug
+                log.exception("reporter failed; reconnecting")
+                self.stop.wait(1.0)
+            finally:
+                self.connected = False
+                sock.close()
