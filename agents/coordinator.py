@@ -7,8 +7,11 @@ Pipeline for each window k (``window_s`` long on the reference VM's clock; centr
    window by the clock of the pair's first VM (A, the lexicographically smaller name; fwd
    probes by tx, rev probes by rx, both read on A's clock), mapped to the reference clock
    with the previous window's offsets. A window is closed once the agents' reported clocks
-   are past its end by a lateness (``0.5 s + 1.5 / rate + report period``: the follow-up of
-   the last pair and the report still have to arrive); later records are counted and dropped.
+   is past its end by a lateness (``0.3 s + 1.5 / rate``: the follow-up of the window's last
+   pair comes with the next pair), for every agent that reported within ``LIVE_S`` (an
+   agent that only said hello counts with its start time; one that a peer named but that
+   has not connected holds windows back for ``LIVE_S``); later records are counted
+   (``late_records``) and dropped.
 2. Per unordered pair: coded-pair purity (``estimate.pure_pairs``, guard band ``guard_ns``),
    then the Huygens envelope fit (``estimate.fit_pair``) and the NTP-style baseline
    (``estimate.ntp_pair``) on the very same pure probes. A pair needs ``MIN_PURE`` pure probes
@@ -30,8 +33,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import socket
 import socketserver
-import statistics
 import threading
 import time
 from collections import Counter, deque
@@ -47,7 +50,7 @@ from agents.estimate import fit_pair, ntp_pair, pure_pairs
 from agents.network import solve
 from agents.owd import asymmetry_us, owd_stats
 
-__all__ = ["HEALTH_SCHEMA", "MIN_PURE", "SCHEMA", "Coordinator", "serve"]
+__all__ = ["HEALTH_SCHEMA", "MIN_PURE", "SCHEMA", "Coordinator", "Service", "serve"]
 
 log = logging.getLogger("agents.coordinator")
 
@@ -61,6 +64,8 @@ _MAX_LINE = 16 << 20          # bytes per report line
 _MAX_CELL = 50_000            # records per (src, dst, window)
 _MAX_AHEAD = 32               # windows beyond the next one that records may open
 _MAX_VMS = 4096
+LIVE_S = 5.0
+"""An agent whose last report is older than this (s) no longer holds windows open."""
 
 
 def _f(x) -> float | None:
@@ -82,6 +87,9 @@ class _Vm:
     last_report_ns: int | None = None   # coordinator clock
     last_report_mono: float = -1e9
     last_t_ns: int | None = None        # the agent's clock in its last report
+    start_ns: int | None = None         # the agent's clock when it started (hello)
+    hello_mono: float = -1e9
+    first_seen_mono: float = field(default_factory=time.monotonic)
     connected: int = 0
     stats: dict = field(default_factory=dict)
 
@@ -174,15 +182,21 @@ class Coordinator:
                 vm.rate = float(rate) if isinstance(rate, (int, float)) and rate > 0 else None
                 rs = msg.get("report_s", 0.5)
                 vm.report_s = float(rs) if isinstance(rs, (int, float)) and 0 < rs < 60 else 0.5
+                start = msg.get("start_ns")
+                vm.start_ns = start if isinstance(start, int) else None
+                vm.hello_mono = time.monotonic()
+                for peer in msg.get("peers", [])[:_MAX_VMS]:
+                    self._vm(peer)
                 vm.connected += 1
                 return vm.name
             if kind != "report":
                 raise ValueError(f"unknown message type {kind!r}")
             t_ns = msg.get("t_ns")
             rx = msg.get("rx", {})
-            if not isinstance(t_ns, int) or not isinstance(rx, dict):
-                raise ValueError("report needs integer t_ns and an rx object")
-            vm.last_t_ns = t_ns
+            if not (t_ns is None or isinstance(t_ns, int)) or not isinstance(rx, dict):
+                raise ValueError("report needs an integer (or null) t_ns and an rx object")
+            if t_ns is not None:
+                vm.last_t_ns = t_ns
             vm.last_report_ns = self.clock.now_ns()
             vm.last_report_mono = time.monotonic()
             if isinstance(msg.get("stats"), dict):
@@ -232,15 +246,22 @@ class Coordinator:
         if self.lateness_s is not None:
             return self.lateness_s
         rates = [v.rate for v in self.vms.values() if v.rate]
-        rep = max((v.report_s for v in self.vms.values()), default=0.5)
-        return 0.5 + rep + (1.5 / min(rates) if rates else 1.0)
+        return 0.3 + (1.5 / min(rates) if rates else 1.0)
 
     def _data_now(self) -> float | None:
-        """The agents' present time on the reference clock (median over live agents), ns."""
+        """Watermark: the earliest of the live agents' report times, on the reference clock
+        (ns). A report stamped ``t_ns`` carries every record its agent emitted before
+        ``t_ns``; agents silent for ``LIVE_S`` do not hold windows back."""
         mono = time.monotonic()
-        now = [v.last_t_ns - self.coarse.get(v.name, 0.0) for v in self.vms.values()
-               if v.last_t_ns is not None and mono - v.last_report_mono < 10.0]
-        return statistics.median(now) if now else None
+        marks = []
+        for v in self.vms.values():
+            if v.last_t_ns is not None and mono - v.last_report_mono < LIVE_S:
+                marks.append(v.last_t_ns - self.coarse.get(v.name, 0.0))
+            elif v.start_ns is not None and mono - v.hello_mono < LIVE_S:
+                marks.append(v.start_ns - self.coarse.get(v.name, 0.0))  # no record before
+            elif v.last_t_ns is None and mono - v.first_seen_mono < LIVE_S:
+                return None  # named by a peer, not heard from yet: wait for it a little
+        return min(marks) if marks else None
 
     def reference_name(self) -> str | None:
         if self.reference is not None:
@@ -314,7 +335,9 @@ class Coordinator:
                 self.count("pair_fit_failures")
                 continue
             try:
-                n = ntp_pair(ft[fm], fr[fm], rt[rm], rr[rm])
+                # RFC 5905's clock filter keeps 1 sample in 8; fewer in a sparse window
+                n = ntp_pair(ft[fm], fr[fm], rt[rm], rr[rm],
+                             filter_n=max(1, min(8, int(fm.sum()) // 4)))
             except ValueError:
                 n = None
                 self.count("ntp_fit_failures")
@@ -506,6 +529,28 @@ class _ReportServer(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
     daemon_threads = True
 
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.conns: set = set()
+        self.conns_lock = threading.Lock()
+
+    def process_request_thread(self, request, client_address):
+        with self.conns_lock:
+            self.conns.add(request)
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self.conns_lock:
+                self.conns.discard(request)
+
+    def close_connections(self) -> None:
+        with self.conns_lock:
+            for c in list(self.conns):
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
 
 class _ApiHandler(BaseHTTPRequestHandler):
     server_version = "nslab-coordinator/1"
@@ -545,37 +590,79 @@ class _ApiServer(ThreadingHTTPServer):
     daemon_threads = True
 
 
+class Service:
+    """The coordinator's servers: report listener (TCP), HTTP API and window processing, each
+    in a daemon thread. Port 0 picks a free port (``report_port``/``http_port`` tell which).
+
+    Raises (``start``):
+        OSError: a port cannot be bound.
+    """
+
+    def __init__(self, coord: Coordinator, bind: str, port: int, http_port: int,
+                 http_bind: str | None = None, period_s: float = 0.2):
+        self.coord, self.period_s = coord, period_s
+        self.addr = (bind, port)
+        self.http_addr = (http_bind or bind, http_port)
+        self.stop_event = threading.Event()
+        self.servers: list = []
+        self.threads: list[threading.Thread] = []
+        self.report_port = port
+        self.http_port = http_port
+
+    def start(self) -> Service:
+        reports = _ReportServer(self.addr, _ReportHandler)
+        reports.coordinator = self.coord  # type: ignore[attr-defined]
+        try:
+            api = _ApiServer(self.http_addr, _ApiHandler)
+        except OSError:
+            reports.server_close()
+            raise
+        api.coordinator = self.coord  # type: ignore[attr-defined]
+        self.servers = [reports, api]
+        self.report_port = reports.server_address[1]
+        self.http_port = api.server_address[1]
+        self.threads = [threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.2},
+                                         daemon=True, name=n)
+                        for s, n in ((reports, "nslab-reports"), (api, "nslab-api"))]
+        self.threads.append(threading.Thread(target=self._process, daemon=True,
+                                             name="nslab-windows"))
+        for t in self.threads:
+            t.start()
+        log.info("coordinator: reports on %s:%d, API on http://%s:%d/api/v1/state",
+                 self.addr[0], self.report_port, self.http_addr[0], self.http_port)
+        return self
+
+    def _process(self) -> None:
+        while not self.stop_event.wait(self.period_s):
+            try:
+                self.coord.step()
+            except Exception:  # noqa: BLE001 - one bad window must not stop the service
+                log.exception("window processing failed")
+                self.coord.count("step_errors")
+
+    def stop(self) -> None:
+        """Stop the threads and close the listening sockets (open report connections end
+        when their agents notice)."""
+        self.stop_event.set()
+        for s in self.servers:
+            s.shutdown()
+            s.server_close()
+            if isinstance(s, _ReportServer):
+                s.close_connections()
+        for t in self.threads:
+            t.join(timeout=2.0)
+
+
 def serve(coord: Coordinator, bind: str, port: int, http_port: int,
-          stop: threading.Event, http_bind: str | None = None, period_s: float = 0.2) -> None:
-    """Run the report listener (TCP ``bind:port``), the HTTP API (``http_bind:http_port``)
-    and the window processing until ``stop`` is set.
+          stop: threading.Event, http_bind: str | None = None) -> None:
+    """Run ``Service`` until ``stop`` is set.
 
     Raises:
         OSError: a port cannot be bound.
     """
-    reports = _ReportServer((bind, port), _ReportHandler)
-    reports.coordinator = coord  # type: ignore[attr-defined]
+    svc = Service(coord, bind, port, http_port, http_bind).start()
     try:
-        api = _ApiServer((http_bind or bind, http_port), _ApiHandler)
-    except OSError:
-        reports.server_close()
-        raise
-    api.coordinator = coord  # type: ignore[attr-defined]
-    threads = [threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.2},
-                                daemon=True, name=n)
-               for s, n in ((reports, "nslab-reports"), (api, "nslab-api"))]
-    for t in threads:
-        t.start()
-    log.info("coordinator: reports on %s:%d, API on http://%s:%d/api/v1/state", bind, port,
-             http_bind or bind, http_port)
-    try:
-        while not stop.wait(period_s):
-            try:
-                coord.step()
-            except Exception:  # noqa: BLE001 - one bad window must not stop the service
-                log.exception("window processing failed")
-                coord.count("step_errors")
+        while not stop.is_set():  # sleep, not stop.wait(): see agents.agent.Agent.run
+            time.sleep(0.2)
     finally:
-        for s in (reports, api):
-            s.shutdown()
-            s.server_close()
+        svc.stop()
