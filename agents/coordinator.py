@@ -15,7 +15,8 @@ Pipeline for each window k (``window_s`` long on the reference VM's clock; centr
 2. Per unordered pair: coded-pair purity (``estimate.pure_pairs``, guard band ``guard_ns``),
    then the Huygens envelope fit (``estimate.fit_pair``) and the NTP-style baseline
    (``estimate.ntp_pair``) on the very same pure probes. A pair needs ``MIN_PURE`` pure probes
-   each way.
+   each way, and is dropped (``pairs_inconsistent``) when the fitted line leaves a direction
+   a minimum delay below ``-INCONSISTENT_NS``: a clock step inside the window.
 3. Network effect (``network.solve``): both fits are evaluated at ``t_k`` (read on A's clock:
    ``t_k + theta_A``) and solved over the graph of pairs, weights ``1 / (residual_ns**2 +
    floor**2)``, twice (the second pass evaluates at the first pass's offsets). Only the VMs
@@ -50,7 +51,8 @@ from agents.estimate import fit_pair, ntp_pair, pure_pairs
 from agents.network import solve
 from agents.owd import asymmetry_us, owd_stats
 
-__all__ = ["HEALTH_SCHEMA", "MIN_PURE", "SCHEMA", "Coordinator", "Service", "serve"]
+__all__ = ["HEALTH_SCHEMA", "INCONSISTENT_NS", "MIN_PURE", "SCHEMA", "Coordinator", "Service",
+           "serve"]
 
 log = logging.getLogger("agents.coordinator")
 
@@ -58,6 +60,8 @@ SCHEMA = "nslab.coordinator/1"
 HEALTH_SCHEMA = "nslab.coordinator.health/1"
 REPORT_SCHEMA = "nslab.report/1"
 MIN_PURE = 4
+INCONSISTENT_NS = 1000.0
+"""A pair fit whose implied minimum one-way delay is below minus this (ns) is dropped."""
 """Fewest pure probes per direction for a pair to be fitted in a window."""
 
 _MAX_LINE = 16 << 20          # bytes per report line
@@ -118,13 +122,14 @@ class Coordinator:
         series_windows: windows of drift series used for collocation (and served).
         weight_floor_ns: floor added to the fits' residuals in the solve weights, ns.
         lateness_s: fixed lateness before a window closes, s (None: from the agents' rates).
+        live_s: an agent silent for longer no longer holds windows open, s.
         clock: the coordinator's own clock (``time_ns`` and ``last_report_ns`` in the API).
     """
 
     def __init__(self, window_s: float = 2.0, reference: str | None = None,
                  guard_ns: float = 5000.0, history: int = 300, series_windows: int = 150,
                  weight_floor_ns: float = 100.0, lateness_s: float | None = None,
-                 clock: Clock | None = None):
+                 live_s: float = LIVE_S, clock: Clock | None = None):
         if not window_s > 0:
             raise ValueError(f"window must be > 0 s, got {window_s}")
         self.window_ns = int(round(window_s * 1e9))
@@ -133,6 +138,7 @@ class Coordinator:
         self.guard_ns = guard_ns
         self.weight_floor_ns = weight_floor_ns
         self.lateness_s = lateness_s
+        self.live_s = live_s
         self.clock = clock or Clock()
         self.lock = threading.RLock()
         self.vms: dict[str, _Vm] = {}
@@ -251,15 +257,15 @@ class Coordinator:
     def _data_now(self) -> float | None:
         """Watermark: the earliest of the live agents' report times, on the reference clock
         (ns). A report stamped ``t_ns`` carries every record its agent emitted before
-        ``t_ns``; agents silent for ``LIVE_S`` do not hold windows back."""
+        ``t_ns``; agents silent for ``live_s`` do not hold windows back."""
         mono = time.monotonic()
         marks = []
         for v in self.vms.values():
-            if v.last_t_ns is not None and mono - v.last_report_mono < LIVE_S:
+            if v.last_t_ns is not None and mono - v.last_report_mono < self.live_s:
                 marks.append(v.last_t_ns - self.coarse.get(v.name, 0.0))
-            elif v.start_ns is not None and mono - v.hello_mono < LIVE_S:
+            elif v.start_ns is not None and mono - v.hello_mono < self.live_s:
                 marks.append(v.start_ns - self.coarse.get(v.name, 0.0))  # no record before
-            elif v.last_t_ns is None and mono - v.first_seen_mono < LIVE_S:
+            elif v.last_t_ns is None and mono - v.first_seen_mono < self.live_s:
                 return None  # named by a peer, not heard from yet: wait for it a little
         return min(marks) if marks else None
 
@@ -333,6 +339,12 @@ class Coordinator:
             except ValueError as e:
                 log.debug("window %d pair %s|%s: %s", k, a, b, e)
                 self.count("pair_fit_failures")
+                continue
+            d_min = _min_delays_ns(h, ft[fm], fr[fm], rt[rm], rr[rm])
+            if d_min < -INCONSISTENT_NS:
+                # no line leaves both directions a non-negative delay: a clock step or a
+                # bad timestamp inside the window
+                self.count("pairs_inconsistent")
                 continue
             try:
                 # RFC 5905's clock filter keeps 1 sample in 8; fewer in a sparse window
@@ -426,7 +438,7 @@ class Coordinator:
             "ntp_offset_ns": _f(n.offset_ns) if n else None,
             "ntp_drift_ppm": _f(n.drift_ppm) if n else None,
             "last_report_ns": vm.last_report_ns if vm else None,
-            "connected": bool(vm and time.monotonic() - vm.last_report_mono < 5.0),
+            "connected": bool(vm and time.monotonic() - vm.last_report_mono < self.live_s),
             "ip": vm.ip if vm else None,
             "probes_tx": int(st.get("probes_tx", 0)),
             "probes_rx": int(st.get("probes_rx", 0)),
@@ -481,9 +493,17 @@ class Coordinator:
             mono = time.monotonic()
             return {"schema": HEALTH_SCHEMA, "ok": True, "time_ns": self.clock.now_ns(),
                     "agents": len(self.vms),
-                    "agents_connected": sum(mono - v.last_report_mono < 5.0
+                    "agents_connected": sum(mono - v.last_report_mono < self.live_s
                                             for v in self.vms.values()),
                     "windows": len(self.history), "reference": self.reference_name()}
+
+
+def _min_delays_ns(fit, ftx, frx, rtx, rrx) -> float:
+    """The smaller of the two directions' minimum one-way delays implied by ``fit`` (ns)."""
+    base = round(fit.offset_ns)  # remove the integer part before float, as in agents.owd
+    fwd = (frx - ftx - base).astype(np.float64) - (fit.offset_at(ftx) - base)
+    rev = (rrx - rtx + base).astype(np.float64) + (fit.offset_at(rrx) - base)
+    return float(min(fwd.min(), rev.min()))
 
 
 def _component(ref: str, pairs: list[tuple[str, str]]) -> set[str]:

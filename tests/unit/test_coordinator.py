@@ -41,18 +41,19 @@ def clocks() -> dict:
 
 
 def simulate(coord, specs, seconds, *, rate=20.0, dmin_ns=20_000, queue_ns=None, seed=1,
-             start_s=0.0, chunk_s=0.5):
+             start_s=0.0, chunk_s=0.5, silent=(), hello=True):
     """Feed ``coord`` the reports its agents would send: coded pairs between every ordered
     pair of VMs at ``rate`` pairs/s, minimum delay ``dmin_ns`` both ways plus exponential
-    queueing (mean ``queue_ns[(src, dst)]``, default 2 us, independent per probe, so some
-    pairs are impure); after each ``chunk_s`` of true time, one report per VM, then
-    ``coord.step()``."""
+    queueing (mean ``queue_ns[(src, dst)]``, default 0.5 us) that both probes of a pair
+    share, with 0.3 us of independent jitter; in 20% of the pairs the 2nd probe waits for
+    more (impure). After each ``chunk_s`` of true time, one report per VM, then
+    ``coord.step()``. VMs in ``silent`` neither probe nor report (a paused VM)."""
     rng = random.Random(seed)
     queue_ns = queue_ns or {}
     names = sorted(specs)
-    hello = {"type": "hello", "schema": REPORT_SCHEMA, "rate": rate, "report_s": chunk_s}
-    for v in names:
-        coord.ingest(dict(hello, name=v, ip="127.0.0.1"))
+    msg = {"type": "hello", "schema": REPORT_SCHEMA, "rate": rate, "report_s": chunk_s}
+    for v in names if hello else []:
+        coord.ingest(dict(msg, name=v, ip="127.0.0.1", start_ns=specs[v].to_vm_ns(T0)))
     t = T0 + int(start_s * S)
     end = t + int(seconds * S)
     while t < end:
@@ -60,7 +61,7 @@ def simulate(coord, specs, seconds, *, rate=20.0, dmin_ns=20_000, queue_ns=None,
         rx = {v: {} for v in names}
         for src in names:
             for dst in names:
-                if src == dst:
+                if src == dst or src in silent or dst in silent:
                     continue
                 mean_q = queue_ns.get((src, dst), 500)
                 ts = t + int(rng.uniform(0, 1 / rate) * S)
@@ -76,7 +77,7 @@ def simulate(coord, specs, seconds, *, rate=20.0, dmin_ns=20_000, queue_ns=None,
                             [pid, idx, specs[src].to_vm_ns(tx_true),
                              specs[dst].to_vm_ns(rx_true)])
                     ts += int(S / rate)
-        for v in names:
+        for v in (v for v in names if v not in silent):
             coord.ingest({"type": "report", "name": v, "t_ns": specs[v].to_vm_ns(stop),
                           "rx": rx[v], "stats": {"probes_rx": 1, "rejects": {"replay": 2}}})
         coord.step()
@@ -168,6 +169,41 @@ def test_reference_history_bound_and_late_records():
     coord.ingest({"type": "report", "name": "vm2", "t_ns": old,
                   "rx": {"vm1": [[1, 0, old, old + 20_000], [1, 1, old + 1, "x"]]}})
     assert coord.counters["late_records"] == 1 and coord.counters["bad_records"] == 1
+
+
+def test_clock_step_costs_one_window():
+    specs = clocks()
+    specs["vm3"].append(T0 + 11 * S + 300_000_000, step_ns=-800e6)  # 0.8 s back at 11.3 s
+    coord = Coordinator(window_s=2.0)
+    simulate(coord, specs, 24)
+    st = coord.state()
+    hist = st["history"][1:]
+    hit = [h for h in hist if "vm3" not in h["vms"]]
+    assert [h["t_ns"] for h in hit] == [T0 + 11 * S]  # the window with the step: no fit
+    for h in hist:
+        tr = truth(specs, "vm1", h["t_ns"])
+        for v, x in h["vms"].items():
+            assert abs(x["offset_ns"] - tr[v][0]) < 150, (h, tr)
+
+
+def test_silent_vm_does_not_stall_windows_and_comes_back():
+    specs = clocks()
+    coord = Coordinator(window_s=2.0, live_s=0.3)
+    simulate(coord, specs, 6)
+    n = coord.state()["windows"]
+    # vm4 pauses: windows stall for live_s at most, then go on without it
+    simulate(coord, specs, 2, start_s=6, silent={"vm4"}, hello=False)
+    time.sleep(0.4)
+    simulate(coord, specs, 6, start_s=8, silent={"vm4"}, hello=False)
+    st = coord.state()
+    assert st["windows"] >= n + 3
+    assert "vm4" not in st["history"][-1]["vms"] and not st["vms"]["vm4"]["connected"]
+    assert st["vms"]["vm4"]["offset_ns"] is None
+    # it comes back
+    simulate(coord, specs, 8, start_s=14, hello=False)
+    st = coord.state()
+    tr = truth(specs, "vm1", st["t_ns"])
+    assert st["vms"]["vm4"]["offset_ns"] == pytest.approx(tr["vm4"][0], abs=150)
 
 
 def test_bad_messages_raise_and_leave_state_intact():
