@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--reference", default=None,
                    help="reference VM whose clock is the zero (default: the "
                         "lexicographically first VM name)")
-    c.add_argument("--guard-us", type=float, default=5.0,
+    c.add_argument("--guard-us", type=float, default=20.0,
                    help="coded-pair guard band, us: a pair is pure when its receive gap is "
                         "within this of its send gap")
     c.add_argument("--history", type=int, default=300, help="windows kept in the history")
