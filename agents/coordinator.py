@@ -245,6 +245,9 @@ class Coordinator:
                 continue
             cell = cells.get(k)
             if cell is None:
+                if len(cells) >= _MAX_AHEAD:  # before the first window closed: stay bounded
+                    self.counters["future_records"] += 1
+                    continue
                 cell = cells[k] = {}
             if len(cell) >= _MAX_CELL:
                 self.counters["overflow_records"] += 1

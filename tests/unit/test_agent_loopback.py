@@ -279,3 +279,36 @@ def test_cli_help_and_errors():
     bad = run("agent", "--name", "vm1", "--bind", "127.0.0.1", "--peers", "vm2=127.0.0.2",
               "--coordinator", "127.0.0.1:1", "--key", "xyz")
     assert bad.returncode == 2 and "hexadecimal" in bad.stderr
+
+
+def test_peer_subset_reciprocation_and_clock_refresh(tmp_path):
+    from agents.agent import Agent, AgentConfig
+    from agents.clock import Clock
+
+    udp, _ = free_ports(0)
+    peers = {f"vm{i}": f"127.0.0.{i}" for i in range(2, 8)}
+    t0 = time.time_ns()
+    spec = ClockSpec("vm1", [Segment(t0, 1e6, "h1", Oscillator(t0, 10.0))])
+    path = str(tmp_path / "vm1.json")
+    spec.write(path)
+    a = Agent(AgentConfig(name="vm1", bind="127.0.0.1", peers=peers,
+                          coordinator=("127.0.0.1", 9), port=udp, max_peers=2, window_s=1.0,
+                          seed=3), clock=Clock(path))
+    try:
+        a._redraw(100.0)
+        assert len(a.chosen) == 2 and set(a.chosen) <= set(peers)
+        assert a.next_redraw == 100.0 + a.cfg.redraw_s
+        other = sorted(set(peers) - set(a.chosen))[0]
+        a.last_rx[other] = 100.0  # it probed us: probe it back for two windows
+        assert a.active_peers(101.9) == set(a.chosen) | {other}
+        assert a.active_peers(102.1) == set(a.chosen)
+        # the clock file is re-read on refresh: a 5 ms step shows at once
+        t = time.time_ns()
+        before = a.clock.to_vm_ns(t)
+        assert before == spec.to_vm_ns(t)
+        spec.append(t - 1000, step_ns=5e6)
+        spec.write(path)
+        a.clock.refresh()
+        assert a.clock.to_vm_ns(t) - before == pytest.approx(5e6, abs=2)
+    finally:
+        a.sock.close()
