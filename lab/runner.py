@@ -45,10 +45,10 @@ class Watcher(threading.Thread):
         self.lab, self.mesh, self.interval_s = lab, mesh, interval_s
         self.latest: dict | None = None
         self.detected_after_s: float | None = None
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._halt.wait(self.interval_s):
             self.poll()
 
     def poll(self) -> None:
@@ -64,7 +64,7 @@ class Watcher(threading.Thread):
             self.detected_after_s = None  # must hold until the end
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join()
         self.poll()
 
