@@ -272,7 +272,7 @@ def group(drift_series: dict[str, np.ndarray], sigma_ppm: float, *, alpha: float
         if others:
             stat, k, n = _test_many(g, np.vstack([h.total for h in others]),
                                     np.vstack([h.count for h in others]), s2, bases)
-            for t in zip(stat, k, n):
+            for t in zip(stat, k, n, strict=True):
                 conf = min(conf, 1.0 - _q_same(None if np.isnan(t[0]) else t))
         groups.append(Group(sorted(names[i] for i in g.members), float(conf)))
     groups.sort(key=lambda gr: gr.members)

@@ -113,7 +113,7 @@ def solve(nodes: list[str], edges: list[tuple[str, str, float, float, float]],
         off.append(float(o))
         dr.append(float(d))
         w.append(float(wt))
-    seen = _reachable(n, ref, list(zip(ia, ib)))
+    seen = _reachable(n, ref, list(zip(ia, ib, strict=True)))
     if len(seen) < n:
         lost = sorted(v for v in nodes if idx[v] not in seen)
         raise ValueError(f"no edge path from reference {reference!r} to: {', '.join(lost)}")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from pyroute2 import netns
 
+from agents.probe import HEADER_LEN, TAG_LEN
 from lab.errors import LabError
 from lab.names import state_dir
 
@@ -26,6 +27,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from lab.lab import Lab
 
 AGENT_PORT, COORD_PORT, HTTP_PORT = 7701, 7700, 7780
+WIRE_OVERHEAD = 14 + 20 + 8
+"""Ethernet, IPv4 and UDP header bytes around a probe's payload (as HTB counts them)."""
 
 
 @dataclass
@@ -127,6 +130,46 @@ class AgentMesh:
                                "/api/v1/state")
         except (OSError, ValueError):
             return None
+
+    def cpu_s(self) -> dict[str, float]:
+        """CPU time (user + system, s) of every running daemon so far (``/proc/PID/stat``),
+        by key: ``coordinator``, ``agent-<vm>``."""
+        tick = os.sysconf("SC_CLK_TCK")
+        out = {}
+        for key, p in self.procs.items():
+            try:
+                with open(f"/proc/{p.pid}/stat") as f:
+                    fields = f.read().rpartition(")")[2].split()
+            except OSError:
+                continue
+            out[key] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime (proc(5))
+        return out
+
+    def cost(self, state: dict | None) -> dict:
+        """What the agents cost while they ran: the results' ``agents`` section.
+
+        Returns:
+            ``run_s``; ``agent_cpu_core`` (``p50``, ``max`` over agents of CPU time / run
+            time: 0.03 is 3 % of one core); ``coordinator_cpu_core``; ``probe_bit_s``
+            (``p50``, ``max`` over agents of probes sent x wire bytes x 8 / run time, bit/s,
+            Ethernet/IP/UDP headers counted); ``probe_bytes`` (on the wire, one probe).
+        """
+        run_s = (time.time_ns() - self.started_ns) / 1e9
+        cpu = self.cpu_s()
+        agents = sorted(v / run_s for k, v in cpu.items() if k.startswith("agent-"))
+        size = HEADER_LEN + (TAG_LEN if self.cfg.key else 0) + WIRE_OVERHEAD
+        tx = sorted(v.get("probes_tx") or 0 for v in (state or {}).get("vms", {}).values())
+        bits = [n * size * 8 / run_s for n in tx]
+
+        def p50_max(xs: list[float], digits: int) -> dict:
+            if not xs:
+                return {"p50": None, "max": None}
+            return {"p50": round(xs[len(xs) // 2], digits), "max": round(xs[-1], digits)}
+
+        return {"run_s": round(run_s, 2), "agent_cpu_core": p50_max(agents, 4),
+                "coordinator_cpu_core": (round(cpu["coordinator"] / run_s, 4)
+                                         if "coordinator" in cpu else None),
+                "probe_bit_s": p50_max(bits, 0), "probe_bytes": size}
 
     def stop(self) -> None:
         """SIGTERM every daemon, then SIGKILL what is left after 2 s."""

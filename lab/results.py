@@ -112,8 +112,15 @@ def _fmt(stats: dict, unit: str) -> str:
 
 def _agents_report(doc: dict) -> list[str]:
     lines = []
-    if "agents" in doc:
-        lines.append(f"  agents: {doc['agents']['error']}")
+    cost = doc.get("agents")
+    if cost:
+        cpu, bits = cost["agent_cpu_core"], cost["probe_bit_s"]
+        if cpu["p50"] is not None:
+            lines.append(f"  agents: CPU per agent p50 {cpu['p50']:.1%} max {cpu['max']:.1%} of "
+                         f"a core, coordinator {cost['coordinator_cpu_core'] or 0:.1%}; probes "
+                         f"p50 {(bits['p50'] or 0) / 1e3:.1f} kbit/s per agent")
+        if cost.get("error"):
+            lines.append(f"  agents: {cost['error']}")
     sync = doc.get("sync")
     if sync:
         conv = f"{sync['converged_s']} s" if sync["converged_s"] is not None else "not reached"

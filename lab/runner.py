@@ -136,12 +136,14 @@ def placement_comparison(entries: list[dict]) -> dict | None:
             "naive_shared_host_ranks": naive["placement"]["shared_host_ranks"]}
 
 
-def agent_sections(lab: Lab, mesh: AgentMesh, watcher: Watcher) -> dict:
-    """``sync``, ``owd_us`` and ``collocation`` scored against the truth."""
+def agent_sections(lab: Lab, mesh: AgentMesh, watcher: Watcher, cost: dict) -> dict:
+    """``agents`` (their ``cost``), and ``sync``, ``owd_us`` and ``collocation`` scored
+    against the truth."""
     state = watcher.latest
     if state is None:
-        return {"agents": {"error": "the coordinator never answered"}}
+        return {"agents": {**cost, "error": "the coordinator never answered"}}
     return {
+        "agents": cost,
         "sync": scoring.sync_section(state["history"], lab.clocks.specs, state["reference"],
                                      mesh.started_ns),
         "owd_us": {"pairs": state["owd_us"], "asymmetry_us": state["asymmetry_us"]},
@@ -184,9 +186,10 @@ def run(sc: Scenario, topo, source: str, name: str | None = None,
         finally:
             if mesh is not None:
                 watcher.stop()
+                cost = mesh.cost(watcher.latest)
                 mesh.stop()
         if mesh is not None:
-            extra.update(agent_sections(lab, mesh, watcher))
+            extra.update(agent_sections(lab, mesh, watcher, cost))
         progress("tearing down")
     doc = results.document(sc, source, lab, caps, sampler.summary(), placements)
     doc.update(extra)

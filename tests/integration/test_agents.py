@@ -52,6 +52,11 @@ def test_quickstart_end_to_end(tmp_path):
     cmp = doc["placement_comparison"]
     assert cmp["aware_avoided_shared_hosts"] is True, cmp
     assert cmp["aware_s"] < cmp["naive_s"], cmp
+    cost = doc["agents"]
+    assert 0 < cost["agent_cpu_core"]["p50"] <= cost["agent_cpu_core"]["max"] < 1, cost
+    # 7 peers x 20 pairs/s x 2 probes x 98 bytes x 8 = 220 kbit/s per agent, and a little
+    # more for the follow-ups of peers that probe back
+    assert 150e3 < cost["probe_bit_s"]["p50"] < 400e3, cost
     assert doc["teardown"]["clean"] is True
     assert lab_netns("quickstart") == []
     for section in ("clock sync vs truth", "collocation:", "collocation-aware placement"):

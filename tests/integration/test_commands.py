@@ -51,7 +51,7 @@ def test_run_writes_results_json(tmp_path):
     assert doc["truth"]["faults"][kinds.index("link_down")]["t_s"] >= 0.5
     assert set(doc["truth"]["clocks"]["oscillators"]) == {"phys1", "phys2"}
     assert doc["teardown"]["clean"] is True and doc["teardown"]["leftovers"] == []
-    for absent in ("sync", "owd_us", "collocation", "jobs"):  # later issues; never faked
+    for absent in ("agents", "sync", "owd_us", "collocation", "jobs"):  # not run: never faked
         assert absent not in doc
 
 

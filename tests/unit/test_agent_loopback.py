@@ -21,6 +21,7 @@ from scapy.packet import fuzz
 
 from agents.clock import ClockSpec, Oscillator, Segment
 from agents.probe import NslabProbe, Probe, encode, node_id
+from lab.scoring import truth_at as truth
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEY = "5eed" * 8
@@ -28,19 +29,6 @@ IPS = {"vm1": "127.0.0.1", "vm2": "127.0.0.2", "vm3": "127.0.0.3", "vm4": "127.0
 TRUTH_GROUPS = [["vm1", "vm2"], ["vm3"], ["vm4"]]
 OFFSET_TOL_NS = 2_000
 DRIFT_TOL_PPM = 0.5
-
-
-def truth(specs: dict, ref: str, t_ns: int) -> dict:
-    """``{vm: (offset_ns, drift_ppm)}``: vm minus ``ref`` at the instant the reference clock
-    reads ``t_ns`` (API.md), from the clock specs."""
-    r = specs[ref]
-    t = t_ns
-    for _ in range(4):
-        t = t_ns - round(r.offset_at(t))
-    y_ref = r.frequency_ppm(t) * 1e-6
-    return {v: (s.offset_at(t) - r.offset_at(t),
-                (s.frequency_ppm(t) * 1e-6 - y_ref) / (1 + y_ref) * 1e6)
-            for v, s in specs.items()}
 
 
 def free_ports(n_tcp: int) -> tuple[int, list[int]]:

@@ -25,7 +25,7 @@ def _host_freqs(rng, n_hosts, t_s, wander_ppm=0.2, close_ppm=0.05):
         amp = rng.dirichlet(np.ones(3)) * wander_ppm
         per, ph = rng.uniform(20, 200, 3), rng.uniform(0, 2 * np.pi, 3)
         ys.append(base[h] + sum(a * np.cos(2 * np.pi * t_s / p + f)
-                                for a, p, f in zip(amp, per, ph)))
+                                for a, p, f in zip(amp, per, ph, strict=True)))
     return np.array(ys)
 
 

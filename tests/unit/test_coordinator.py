@@ -1,7 +1,6 @@
 """The coordinator (agents.coordinator) on synthetic probe records with known clocks, and its
 TCP report listener and HTTP API on loopback (no root)."""
 import json
-import random
 import socket
 import time
 import urllib.error
@@ -9,25 +8,11 @@ import urllib.request
 
 import pytest
 
-from agents.agent import REPORT_SCHEMA
 from agents.clock import ClockSpec, Oscillator, Segment
 from agents.coordinator import HEALTH_SCHEMA, SCHEMA, Coordinator, Service
-
-S = 1_000_000_000
-T0 = 1_800_000_000 * S
-
-
-def truth(specs: dict, ref: str, t_ns: int) -> dict:
-    """``{vm: (offset_ns, drift_ppm)}`` of vm minus ``ref`` at the instant the reference clock
-    reads ``t_ns`` (API.md), from the clock specs."""
-    r = specs[ref]
-    t = t_ns
-    for _ in range(4):
-        t = t_ns - round(r.offset_at(t))
-    y_ref = r.frequency_ppm(t) * 1e-6
-    return {v: (s.offset_at(t) - r.offset_at(t),
-                (s.frequency_ppm(t) * 1e-6 - y_ref) / (1 + y_ref) * 1e6)
-            for v, s in specs.items()}
+from lab.scoring import truth_at as truth
+from lab.synthetic import T0_NS as T0
+from lab.synthetic import S, simulate
 
 
 def clocks() -> dict:
@@ -38,50 +23,6 @@ def clocks() -> dict:
             "vm2": ClockSpec("vm2", [Segment(T0, -4.1e6, "h1", h1)]),
             "vm3": ClockSpec("vm3", [Segment(T0, 1.7e6, "h2", h2)]),
             "vm4": ClockSpec("vm4", [Segment(T0, -0.9e6, "h3", h3)])}
-
-
-def simulate(coord, specs, seconds, *, rate=20.0, dmin_ns=20_000, queue_ns=None, seed=1,
-             start_s=0.0, chunk_s=0.5, silent=(), hello=True):
-    """Feed ``coord`` the reports its agents would send: coded pairs between every ordered
-    pair of VMs at ``rate`` pairs/s, minimum delay ``dmin_ns`` both ways plus exponential
-    queueing (mean ``queue_ns[(src, dst)]``, default 0.5 us) that both probes of a pair
-    share, with 0.3 us of independent jitter; in 20% of the pairs the 2nd probe waits for
-    more (impure). After each ``chunk_s`` of true time, one report per VM, then
-    ``coord.step()``. VMs in ``silent`` neither probe nor report (a paused VM)."""
-    rng = random.Random(seed)
-    queue_ns = queue_ns or {}
-    names = sorted(specs)
-    msg = {"type": "hello", "schema": REPORT_SCHEMA, "rate": rate, "report_s": chunk_s}
-    for v in names if hello else []:
-        coord.ingest(dict(msg, name=v, ip="127.0.0.1", start_ns=specs[v].to_vm_ns(T0)))
-    t = T0 + int(start_s * S)
-    end = t + int(seconds * S)
-    while t < end:
-        stop = t + int(chunk_s * S)
-        rx = {v: {} for v in names}
-        for src in names:
-            for dst in names:
-                if src == dst or src in silent or dst in silent:
-                    continue
-                mean_q = queue_ns.get((src, dst), 500)
-                ts = t + int(rng.uniform(0, 1 / rate) * S)
-                while ts < stop:
-                    pid = rng.getrandbits(32)
-                    common = rng.expovariate(1 / mean_q)  # both probes wait in one queue
-                    for idx, tx_true in enumerate((ts, ts + 15_000)):
-                        q = common + rng.expovariate(1 / 300)
-                        if idx == 1 and rng.random() < 0.2:  # cross traffic between them
-                            q += rng.expovariate(1 / mean_q)
-                        rx_true = tx_true + dmin_ns + int(q)
-                        rx[dst].setdefault(src, []).append(
-                            [pid, idx, specs[src].to_vm_ns(tx_true),
-                             specs[dst].to_vm_ns(rx_true)])
-                    ts += int(S / rate)
-        for v in (v for v in names if v not in silent):
-            coord.ingest({"type": "report", "name": v, "t_ns": specs[v].to_vm_ns(stop),
-                          "rx": rx[v], "stats": {"probes_rx": 1, "rejects": {"replay": 2}}})
-        coord.step()
-        t = stop
 
 
 def errors(state, specs):
