@@ -135,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--guard-us", type=float, default=20.0,
                    help="coded-pair guard band, us: a pair is pure when its receive gap is "
                         "within this of its send gap")
+    c.add_argument("--drift-windows", type=int, default=3,
+                   help="odd number of windows centred on a window whose offsets give its "
+                        "drift once they closed (least squares; 1: each window's own slope)")
     c.add_argument("--history", type=int, default=300, help="windows kept in the history")
     c.add_argument("--series", type=int, default=150,
                    help="windows of drift series used for collocation")
@@ -187,11 +190,12 @@ def main(argv: list[str] | None = None) -> int:
         agent.run(stop)
         return 0
     from agents.coordinator import Coordinator, serve
-    if args.history < 1 or args.series < 3:
-        parser.error("--history must be >= 1 and --series >= 3")
+    if args.history < 1 or args.series < 3 or args.drift_windows < 1 or \
+            args.drift_windows % 2 == 0:
+        parser.error("--history must be >= 1, --series >= 3, --drift-windows odd")
     coord = Coordinator(window_s=args.window, reference=args.reference,
                         guard_ns=args.guard_us * 1e3, history=args.history,
-                        series_windows=args.series)
+                        series_windows=args.series, drift_windows=args.drift_windows)
     stop = _stop_on_signals()
     try:
         serve(coord, args.bind, args.port, args.http_port, stop, http_bind=args.http_bind)
