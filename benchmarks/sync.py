@@ -1,7 +1,7 @@
 """The agents' clock sync, collocation detection and cost, against the truth, in real labs;
 and the coordinator's solve time on synthetic reports of larger clusters.
 
-    sudo .venv/bin/python benchmarks/sync.py [--cases idle,sym70,asym70,colloc32,solve]
+    sudo .venv/bin/python benchmarks/sync.py [--cases idle,sym70,asym70,asymtcp,colloc32,solve]
                                              [--seconds 30] [--rate 20]
 
 Cases (each a real lab with the agents, except ``solve``):
@@ -9,8 +9,12 @@ Cases (each a real lab with the agents, except ``solve``):
 * ``idle``: 8 VMs on 4 hosts under 2 leaves and 2 spines, no traffic but the probes.
 * ``sym70`` / ``asym70``: 8 VMs under 2 leaves and one spine (so every inter-leaf probe
   crosses the loaded spine links); UDP iperf3 flows fill 70 % of the 100 Mbit/s spine links
-  in both directions (sym) or leaf1 -> leaf2 only (asym: the NTP-style estimate assumes
-  symmetric delays and is biased by half the queueing; the Huygens envelope is not).
+  in both directions (sym) or leaf1 -> leaf2 only (asym). iperf3 sends in bursts: most
+  probes still find the queue empty, so the NTP-style baseline, whose clock filter keeps the
+  lowest-delay sample (RFC 5905), is hardly biased.
+* ``asymtcp``: the same with four TCP flows that fill the spine link leaf1 -> leaf2: a
+  standing queue in one direction, which biases the NTP-style estimate by half the
+  queueing; the Huygens envelope is not.
 * ``colloc32``: 32 VMs on 8 hosts (4 leaves), hosts phys1 and phys2 with base drifts only
   0.05 ppm apart; when the agents' groups first equal the truth (and stay so).
 * ``solve``: ``Coordinator.step`` time per window for 32 and 128 VMs with 16 peers each,
@@ -46,25 +50,28 @@ def scenario(name: str, seconds: float, rate: float, **extra) -> dict:
            "placement": {"vms_per_host": 2}, "hosts": {"cpu_cores": 0.5},
            "agents": {"enabled": True, "rate": rate, "window_s": 2}}
     for key, value in extra.items():
-        doc[key] = {**doc[key], **value} if isinstance(value, dict) else value
+        doc[key] = {**doc.get(key, {}), **value} if isinstance(value, dict) else value
     return doc
 
 
-def loaded(name: str, seconds: float, rate: float, both_ways: bool) -> dict:
-    """70 % of a 100 Mbit/s spine link: four UDP flows of 17.5 Mbit/s leaf1 -> leaf2 (and
-    four back when ``both_ways``), for the whole run after 1 s."""
+def loaded(name: str, seconds: float, rate: float, both_ways: bool, udp_mbit: float | None
+           ) -> dict:
+    """Four flows leaf1 -> leaf2 (and four back when ``both_ways``) for the whole run after
+    1 s: UDP at ``udp_mbit`` each, or TCP (None) that fills the spine link."""
     pairs = [(f"vm{i}", f"vm{i + 4}") for i in range(1, 5)]
     if both_ways:
         pairs += [(b, a) for a, b in pairs]
-    load = [{"src": a, "dst": b, "at_s": 1, "duration_s": seconds - 1, "udp": True,
-             "bw": 17.5} for a, b in pairs]
+    kind = {"udp": True, "bw": udp_mbit} if udp_mbit else {}
+    load = [{"src": a, "dst": b, "at_s": 1, "duration_s": seconds - 1, **kind}
+            for a, b in pairs]
     return scenario(name, seconds, rate, topology={"spines": 1}, load=load)
 
 
 CASES = {
     "idle": lambda s, r: scenario("bench_idle", s, r),
-    "sym70": lambda s, r: loaded("bench_sym", s, r, True),
-    "asym70": lambda s, r: loaded("bench_asym", s, r, False),
+    "sym70": lambda s, r: loaded("bench_sym", s, r, True, 17.5),
+    "asym70": lambda s, r: loaded("bench_asym", s, r, False, 17.5),
+    "asymtcp": lambda s, r: loaded("bench_tcp", s, r, False, None),
     "colloc32": lambda s, r: scenario(
         "bench_col", max(s, 40), r,
         topology={"leaves": 4, "vms_per_leaf": 8}, placement={"vms_per_host": 4},
@@ -93,6 +100,7 @@ def row(case: str, res: dict) -> str:
             f"{col.get('precision')!s:>5s} {col.get('recall')!s:>5s} "
             f"{col.get('detected_after_s')!s:>6s} {cpu.get('p50') or 0:6.1%} "
             f"{(cost.get('probe_bit_s', {}).get('p50') or 0) / 1e3:7.1f} "
+            f"{cost.get('agent_rss_mb', {}).get('p50') or 0:5.1f} "
             f"{fid['cpu_busy']['p50']:5.0%} {fid['saturated']!s:>5s}")
 
 
@@ -133,7 +141,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 2)[2])
-    ap.add_argument("--cases", default="idle,sym70,asym70,colloc32,solve")
+    ap.add_argument("--cases", default="idle,sym70,asym70,asymtcp,colloc32,solve")
     ap.add_argument("--seconds", type=float, default=30.0, help="run time of each lab, s")
     ap.add_argument("--rate", type=float, default=20.0, help="probe pairs/s per peer")
     args = ap.parse_args()
@@ -143,9 +151,9 @@ def main() -> None:
     if labs:
         print(f"{'case':9s} {'VMs':>3s} {'off p50':>8s} {'off p99':>8s} {'drift99':>8s} "
               f"{'NTP p99':>9s} {'gain':>6s} {'conv s':>6s} {'prec':>5s} {'recall':>5s} "
-              f"{'det s':>6s} {'cpu/ag':>6s} {'kbit/s':>7s} {'busy':>5s} {'sat':>5s}")
+              f"{'det s':>6s} {'cpu/ag':>6s} {'kbit/s':>7s} {'MiB':>5s} {'busy':>5s} {'sat':>5s}")
         print("          (offsets |error| us, drift |error| ppm; gain = NTP p99 / nslab p99; "
-              "cpu/ag = share of one core per agent)")
+              "cpu/ag = share of one core per agent; MiB = agent RSS)")
     for case in labs:
         print(row(case, run_lab(CASES[case](args.seconds, args.rate))), flush=True)
     if "solve" in cases:

@@ -131,18 +131,22 @@ class AgentMesh:
         except (OSError, ValueError):
             return None
 
-    def cpu_s(self) -> dict[str, float]:
-        """CPU time (user + system, s) of every running daemon so far (``/proc/PID/stat``),
-        by key: ``coordinator``, ``agent-<vm>``."""
-        tick = os.sysconf("SC_CLK_TCK")
+    def usage(self) -> dict[str, tuple[float, float]]:
+        """``(cpu_s, rss_mb)`` of every running daemon, by key (``coordinator``,
+        ``agent-<vm>``): CPU time so far (user + system, s) and resident memory now (MiB),
+        from ``/proc/PID/stat`` and ``/proc/PID/statm`` (proc(5))."""
+        tick, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
         out = {}
         for key, p in self.procs.items():
             try:
                 with open(f"/proc/{p.pid}/stat") as f:
                     fields = f.read().rpartition(")")[2].split()
+                with open(f"/proc/{p.pid}/statm") as f:
+                    rss_pages = int(f.read().split()[1])
             except OSError:
                 continue
-            out[key] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime (proc(5))
+            out[key] = ((int(fields[11]) + int(fields[12])) / tick,  # utime + stime
+                        rss_pages * page / 2**20)
         return out
 
     def cost(self, state: dict | None) -> dict:
@@ -152,11 +156,13 @@ class AgentMesh:
             ``run_s``; ``agent_cpu_core`` (``p50``, ``max`` over agents of CPU time / run
             time: 0.03 is 3 % of one core); ``coordinator_cpu_core``; ``probe_bit_s``
             (``p50``, ``max`` over agents of probes sent x wire bytes x 8 / run time, bit/s,
-            Ethernet/IP/UDP headers counted); ``probe_bytes`` (on the wire, one probe).
+            Ethernet/IP/UDP headers counted); ``probe_bytes`` (on the wire, one probe);
+            ``agent_rss_mb`` (``p50``, ``max``) and ``coordinator_rss_mb``, MiB at the end.
         """
         run_s = (time.time_ns() - self.started_ns) / 1e9
-        cpu = self.cpu_s()
-        agents = sorted(v / run_s for k, v in cpu.items() if k.startswith("agent-"))
+        use = self.usage()
+        agents = sorted(v[0] / run_s for k, v in use.items() if k.startswith("agent-"))
+        rss = sorted(v[1] for k, v in use.items() if k.startswith("agent-"))
         size = HEADER_LEN + (TAG_LEN if self.cfg.key else 0) + WIRE_OVERHEAD
         tx = sorted(v.get("probes_tx") or 0 for v in (state or {}).get("vms", {}).values())
         bits = [n * size * 8 / run_s for n in tx]
@@ -166,10 +172,12 @@ class AgentMesh:
                 return {"p50": None, "max": None}
             return {"p50": round(xs[len(xs) // 2], digits), "max": round(xs[-1], digits)}
 
+        coord = use.get("coordinator")
         return {"run_s": round(run_s, 2), "agent_cpu_core": p50_max(agents, 4),
-                "coordinator_cpu_core": (round(cpu["coordinator"] / run_s, 4)
-                                         if "coordinator" in cpu else None),
-                "probe_bit_s": p50_max(bits, 0), "probe_bytes": size}
+                "coordinator_cpu_core": round(coord[0] / run_s, 4) if coord else None,
+                "probe_bit_s": p50_max(bits, 0), "probe_bytes": size,
+                "agent_rss_mb": p50_max(rss, 1),
+                "coordinator_rss_mb": round(coord[1], 1) if coord else None}
 
     def stop(self) -> None:
         """SIGTERM every daemon, then SIGKILL what is left after 2 s."""

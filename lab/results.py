@@ -118,7 +118,9 @@ def _agents_report(doc: dict) -> list[str]:
         if cpu["p50"] is not None:
             lines.append(f"  agents: CPU per agent p50 {cpu['p50']:.1%} max {cpu['max']:.1%} of "
                          f"a core, coordinator {cost['coordinator_cpu_core'] or 0:.1%}; probes "
-                         f"p50 {(bits['p50'] or 0) / 1e3:.1f} kbit/s per agent")
+                         f"p50 {(bits['p50'] or 0) / 1e3:.1f} kbit/s per agent; RSS agent p50 "
+                         f"{cost['agent_rss_mb']['p50']} MiB, coordinator "
+                         f"{cost['coordinator_rss_mb']} MiB")
         if cost.get("error"):
             lines.append(f"  agents: {cost['error']}")
     sync = doc.get("sync")

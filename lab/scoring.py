@@ -48,7 +48,7 @@ def _stats(errors: list[float], digits: int) -> dict:
 
 def sync_section(history: list[dict], clocks: dict[str, ClockSpec], reference: str,
                  start_true_ns: int, converged_us: float = 10.0,
-                 skip_windows: int = 1) -> dict:
+                 skip_windows: int = 1, window_s: float = 2.0) -> dict:
     """The results' ``sync`` section.
 
     Args:
@@ -59,12 +59,15 @@ def sync_section(history: list[dict], clocks: dict[str, ClockSpec], reference: s
         start_true_ns: when the agents started (true time), for ``converged_s``.
         converged_us: the error bound that defines convergence.
         skip_windows: first windows left out of the error statistics (start-up).
+        window_s: window length, s: a window's estimate exists from its end, half a window
+            after its centre ``t_ns``.
 
     Returns:
         ``offset_error_us``, ``drift_error_ppm`` (p50/p99/max/n of |error|) for nslab's
         estimate and under ``baseline_ntp`` for the NTP-style one on the same probes;
-        ``converged_s``: seconds from ``start_true_ns`` to the first window from which every
-        later window has all |offset errors| <= ``converged_us`` (None if never).
+        ``converged_s``: seconds from ``start_true_ns`` to the end of the first window from
+        which every later window has all |offset errors| <= ``converged_us`` (None if
+        never).
     """
     per_window = []
     for entry in history:
@@ -88,7 +91,7 @@ def sync_section(history: list[dict], clocks: dict[str, ClockSpec], reference: s
     for i, (t_true, _) in enumerate(per_window):
         if all(w["off"] and max(abs(e) for e in w["off"]) <= converged_us
                for _, w in per_window[i:]):
-            converged = round((t_true - start_true_ns) / 1e9, 2)
+            converged = round((t_true - start_true_ns) / 1e9 + window_s / 2, 2)
             break
     return {"reference": reference, "windows": len(per_window),
             "offset_error_us": _stats(pool["off"], 3),

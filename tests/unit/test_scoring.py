@@ -51,7 +51,7 @@ def test_sync_errors_and_convergence():
     assert s["offset_error_us"]["max"] == pytest.approx(1.0, abs=0.01)
     assert s["drift_error_ppm"]["p50"] == pytest.approx(0.01, abs=1e-6)
     assert s["baseline_ntp"]["offset_error_us"]["p50"] == pytest.approx(50.0, abs=0.01)
-    assert s["converged_s"] == pytest.approx(6.0, abs=0.01)  # window 3 is at 6 s
+    assert s["converged_s"] == pytest.approx(7.0, abs=0.01)  # window 3: centre 6 s, end 7 s
     never = sync_section(history(c, lambda k: 100_000), c, "vm1", T0)
     assert never["converged_s"] is None
 
