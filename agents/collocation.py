@@ -17,6 +17,14 @@ correlate. (Correlating the differenced series ``x_i(k+1) - x_i(k)`` of two VMs 
 would not work as well: every series also carries the reference's wander, which makes VMs of
 different hosts look correlated.)
 
+Offsets say the same more sharply over time: on one host the offset difference of two VMs
+stays constant (the same oscillator integrates to the same time), on two hosts it drifts
+away by the integral of the frequency difference: 0.05 ppm is 1 us after 20 s, far above
+the offsets' noise, while each window's drift carries that noise divided by the window. With
+offset series, a second test asks the same of ``theta_i - theta_j`` with the constant left
+out (the VMs' offsets differ by an unknown constant), each window clipped to a few sigmas
+(a queue that biases one window must not split a host), and a merge needs both to agree.
+
 Source: the idea is Clockwork's (US 12,248,802; US 2023/0297405): co-located VMs share an
 oscillator, their drift series coincide, and candidate co-location sets come with a confidence.
 The grouping is agglomerative clustering on the p-values of that test between clusters' mean
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,64 +93,118 @@ class _Bases:
         return q
 
 
+Z_CLIP = 4.0
+"""Offset-test samples are clipped to +-Z_CLIP sigmas: one window hit by a queue (a biased
+offset) adds at most Z_CLIP**2 to the statistic instead of splitting a host."""
+
+
 @dataclass
 class _Cluster:
     members: list[int]
-    total: np.ndarray   # (n_windows,) sum of the members' samples (NaN counted as 0)
-    count: np.ndarray   # (n_windows,) members with a sample
+    total: np.ndarray   # (n_windows,) sum of the members' drift samples (NaN counted as 0)
+    count: np.ndarray   # (n_windows,) members with a drift sample
+    ototal: np.ndarray  # (n_windows,) sum of the members' offsets (NaN counted as 0)
+    ocount: np.ndarray  # (n_windows,) members with an offset
 
     def merged(self, other: _Cluster) -> _Cluster:
         return _Cluster(self.members + other.members, self.total + other.total,
-                        self.count + other.count)
+                        self.count + other.count, self.ototal + other.ototal,
+                        self.ocount + other.ocount)
 
 
-def _test_many(a: _Cluster, totals: np.ndarray, counts: np.ndarray, s2: float,
-               bases: _Bases) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Low-frequency chi-square of the difference of cluster ``a``'s mean series and each of L
-    others' (``totals``, ``counts``: shape (L, n_windows)).
+def _project(z: np.ndarray, ok: np.ndarray, bases: _Bases, skip_constant: bool
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Energy of each row of ``z`` (L, n_windows) on the low cosines of its windows ``ok``:
+    ``(S, k)`` arrays (L,), S NaN where fewer than ``MIN_WINDOWS`` windows or no dof."""
+    stat = np.full(z.shape[0], np.nan)
+    k = np.zeros(z.shape[0], dtype=int)
+    patterns, inv = np.unique(ok, axis=0, return_inverse=True)
+    for u, pat in enumerate(patterns):
+        if int(pat.sum()) < MIN_WINDOWS:
+            continue
+        q = bases(pat)[:, 1:] if skip_constant else bases(pat)
+        if q.shape[1] == 0:
+            continue
+        rows = np.flatnonzero(inv.reshape(-1) == u)
+        coef = z[np.ix_(rows, np.flatnonzero(pat))] @ q
+        stat[rows] = np.einsum("ij,ij->i", coef, coef)
+        k[rows] = q.shape[1]
+    return stat, k
+
+
+def _test_many(a: _Cluster, others: list[_Cluster], s2: float, bases: _Bases
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Low-frequency chi-square of the difference of cluster ``a``'s mean drift series and
+    each of L ``others``'.
 
     Per window where both have data: ``z = (mean_a - mean_o) / sqrt(s2 * (1/n_a + 1/n_o))``,
     white N(0, 1) if they share an oscillator. Returns arrays (L,) ``S = |Q^T z|^2`` (chi-square
     with k dof under "same host"), ``k`` and ``n`` (windows used); ``S`` is NaN where fewer
     than ``MIN_WINDOWS`` windows are shared."""
+    totals = np.vstack([o.total for o in others])
+    counts = np.vstack([o.count for o in others])
     ok = (a.count > 0)[None, :] & (counts > 0)
-    n = ok.sum(axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = ((a.total / a.count)[None, :] - totals / counts) / np.sqrt(
             s2 * (1.0 / a.count[None, :] + 1.0 / counts))
-    z = np.where(ok, z, 0.0)
-    stat = np.full(n.size, np.nan)
-    k = np.zeros(n.size, dtype=int)
-    patterns, inv = np.unique(ok, axis=0, return_inverse=True)
-    for u, pat in enumerate(patterns):
-        if int(pat.sum()) < MIN_WINDOWS:
-            continue
-        rows = np.flatnonzero(inv.reshape(-1) == u)
-        q = bases(pat)
-        coef = z[np.ix_(rows, np.flatnonzero(pat))] @ q
-        stat[rows] = np.einsum("ij,ij->i", coef, coef)
-        k[rows] = q.shape[1]
-    return stat, k, n
+    stat, k = _project(np.where(ok, z, 0.0), ok, bases, skip_constant=False)
+    return stat, k, ok.sum(axis=1)
 
 
-def _test(a: _Cluster, b: _Cluster, s2: float, bases: _Bases) -> tuple[float, int, int] | None:
-    """``_test_many`` for one pair: ``(S, k, n)``, or None below ``MIN_WINDOWS``."""
-    stat, k, n = _test_many(a, b.total[None, :], b.count[None, :], s2, bases)
-    return None if np.isnan(stat[0]) else (float(stat[0]), int(k[0]), int(n[0]))
+def _offset_test_many(a: _Cluster, others: list[_Cluster], s2: float, bases: _Bases
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The same for offsets (``s2`` in ns^2), over the windows where every member of both
+    clusters has an offset; z less its median (the unknown constant) clipped to
+    +-``Z_CLIP``, the constant left out of the projection: chi-square with k - 1 dof under
+    "same host" (a little less: clipping only shrinks the statistic)."""
+    totals = np.vstack([o.ototal for o in others])
+    counts = np.vstack([o.ocount for o in others])
+    sizes = np.array([len(o.members) for o in others], dtype=np.float64)[:, None]
+    ok = (a.ocount == len(a.members))[None, :] & (counts == sizes)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = ((a.ototal / len(a.members))[None, :] - totals / sizes) / np.sqrt(
+            s2 * (1.0 / len(a.members) + 1.0 / sizes))
+    z = np.where(ok, z, np.nan)
+    with warnings.catch_warnings():  # rows without a shared window are all NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        centre = np.nanmedian(z, axis=1, keepdims=True)
+    z = np.clip(np.where(ok, z - centre, 0.0), -Z_CLIP, Z_CLIP)
+    stat, k = _project(z, ok, bases, skip_constant=True)
+    return stat, k, ok.sum(axis=1)
 
 
-def _p_values(stat: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """Chi-square p-values; -1 where the test had too little data (never merged)."""
-    out = np.full(stat.size, -1.0)
-    good = ~np.isnan(stat)
-    out[good] = chdtrc(k[good], stat[good])
-    return out
+class _Tests:
+    """Both tests of "same host" between clusters: drift always, offsets when given."""
+
+    def __init__(self, s2: float, os2: float | None, bases: _Bases):
+        self.s2, self.os2, self.bases = s2, os2, bases
+
+    def many(self, a: _Cluster, others: list[_Cluster]) -> list[list[tuple | None]]:
+        """Per other cluster, the ``(S, k, n)`` of each test that had enough data."""
+        runs = [_test_many(a, others, self.s2, self.bases)]
+        if self.os2 is not None:
+            runs.append(_offset_test_many(a, others, self.os2, self.bases))
+        out: list[list[tuple | None]] = [[] for _ in others]
+        for stat, k, n in runs:
+            for i, t in enumerate(zip(stat, k, n, strict=True)):
+                out[i].append(None if np.isnan(t[0]) else (float(t[0]), int(t[1]), int(t[2])))
+        return out
+
+    @staticmethod
+    def p_value(tests: list[tuple | None]) -> float:
+        """The least p-value of the tests; -1 (never merged) without a drift test."""
+        if tests[0] is None:
+            return -1.0
+        return min(float(chdtrc(t[1], t[0])) for t in tests if t is not None)
+
+    @staticmethod
+    def q_same(tests: list[tuple | None]) -> float:
+        """The least BIC posterior of "same host" over the tests (0.5 without data)."""
+        return min((_q_same(t) for t in tests if t is not None), default=0.5)
 
 
-def _q_same(t: tuple[float, int, int] | None) -> float:
+def _q_same(t: tuple[float, int, int]) -> float:
     """BIC posterior (equal priors) of "same host" against k free low-frequency terms."""
-    if t is None:
-        return 0.5
     s, k, n = t
     return 1.0 / (1.0 + math.exp(min((s - k * math.log(n)) / 2.0, 700.0)))
 
@@ -168,8 +231,24 @@ def _noise_floor(x: np.ndarray, finite: np.ndarray, bases: _Bases) -> float:
     return float(np.median(per_vm)) if per_vm else 0.0
 
 
+def _offset_noise(o: np.ndarray) -> float:
+    """Median over VMs of the offsets' noise variance (ns^2) from second differences, which
+    remove each VM's offset and drift against the reference: robust (MAD) per VM, as white
+    noise gives a second difference of variance 6 sigma^2. 0 without enough data."""
+    per_vm = []
+    for row in o:
+        d2 = np.diff(row, 2)
+        d2 = d2[np.isfinite(d2)]
+        if d2.size >= MIN_WINDOWS:
+            mad = float(np.median(np.abs(d2 - np.median(d2))))
+            per_vm.append((1.4826 * mad) ** 2 / 6.0)
+    return float(np.median(per_vm)) if per_vm else 0.0
+
+
 def group(drift_series: dict[str, np.ndarray], sigma_ppm: float, *, alpha: float = 1e-5,
-          min_period_windows: float = 8.0) -> list[Group]:
+          min_period_windows: float = 8.0,
+          offset_series: dict[str, np.ndarray] | None = None,
+          offset_sigma_ns: float = 0.0) -> list[Group]:
     """Group VMs whose drift series coincide (same oscillator, hence same physical host).
 
     Test of "same host" for two sets of VMs (single VMs at first): over the windows where both
@@ -193,10 +272,23 @@ def group(drift_series: dict[str, np.ndarray], sigma_ppm: float, *, alpha: float
     ``1 - q`` of the group against each other group (0.5 for a test without enough data):
     the weakest decision behind the group. It grows with the number of windows.
 
+    With ``offset_series``, each decision also runs the offset test (module docstring) over
+    the windows where every member of both sets has an offset: the difference of the sets'
+    mean offsets, scaled by ``sqrt(s2o * (1/n_a + 1/n_b))`` and clipped to +-``Z_CLIP``, is
+    projected on the same cosines without the constant (k - 1 dof). ``s2o`` is
+    ``max(offset_sigma_ns**2, the offsets' noise from second differences)``. A merge needs
+    the least p-value of the two tests to be >= alpha; a confidence takes the weaker
+    posterior of "same host" for members and the stronger evidence of "different" between
+    groups.
+
     Args:
         drift_series: ``{vm: shape (n_windows,) float}``, drift vs a common reference in ppm,
             one sample per window, the same windows for every VM; NaN for a missing window.
         sigma_ppm: one-sigma noise of one sample, ppm (> 0).
+        offset_series: ``{vm: shape (n_windows,) float}``, offsets vs the same reference in
+            ns over the same windows, NaN where missing; a VM's offsets must be continuous
+            (no clock step inside its series: leave the windows before a step NaN).
+        offset_sigma_ns: a floor of the offsets' one-sigma noise, ns.
         alpha: significance of each merge test: a same-host merge is refused with
             probability alpha (a host of m VMs needs m - 1 merges, and the greedy order leaves
             its most deviant VM last, so expect a false split per host at a few times
@@ -230,9 +322,19 @@ def group(drift_series: dict[str, np.ndarray], sigma_ppm: float, *, alpha: float
         return []
     x = np.vstack(series)
     finite = np.isfinite(x)
+    if offset_series is not None:
+        o = np.vstack([np.asarray(offset_series[v], dtype=np.float64) for v in names])
+        if o.shape != x.shape:
+            raise ValueError(f"offset series have shape {o.shape}, drift series {x.shape}")
+    else:
+        o = np.full_like(x, np.nan)
+    ofinite = np.isfinite(o)
     bases = _Bases(min_period_windows)
     s2 = max(sigma_ppm ** 2, _noise_floor(x, finite, bases))
-    clusters = [_Cluster([i], np.where(finite[i], x[i], 0.0), finite[i].astype(np.float64))
+    tests = _Tests(s2, max(offset_sigma_ns ** 2, _offset_noise(o), 1.0)
+                   if offset_series is not None else None, bases)
+    clusters = [_Cluster([i], np.where(finite[i], x[i], 0.0), finite[i].astype(np.float64),
+                         np.where(ofinite[i], o[i], 0.0), ofinite[i].astype(np.float64))
                 for i in range(nv)]
     # p-values between live clusters by id (a < b); ids nv.. are merged clusters
     pv = np.full((2 * nv, 2 * nv), -np.inf)
@@ -240,9 +342,8 @@ def group(drift_series: dict[str, np.ndarray], sigma_ppm: float, *, alpha: float
 
     def score_against(cid: int, others: list[int]) -> None:
         if others:
-            stat, k, _ = _test_many(live[cid], np.vstack([live[o].total for o in others]),
-                                    np.vstack([live[o].count for o in others]), s2, bases)
-            pv[others, cid] = _p_values(stat, k)
+            results = tests.many(live[cid], [live[o] for o in others])
+            pv[others, cid] = [tests.p_value(t) for t in results]
 
     for j in range(1, nv):
         score_against(j, list(range(j)))
@@ -267,13 +368,11 @@ def group(drift_series: dict[str, np.ndarray], sigma_ppm: float, *, alpha: float
                 rest_c = rest[0]
                 for r in rest[1:]:
                     rest_c = rest_c.merged(r)
-                conf = min(conf, _q_same(_test(clusters[i], rest_c, s2, bases)))
+                conf = min(conf, tests.q_same(tests.many(clusters[i], [rest_c])[0]))
         others = [h for h in finals if h is not g]
         if others:
-            stat, k, n = _test_many(g, np.vstack([h.total for h in others]),
-                                    np.vstack([h.count for h in others]), s2, bases)
-            for t in zip(stat, k, n, strict=True):
-                conf = min(conf, 1.0 - _q_same(None if np.isnan(t[0]) else t))
+            for t in tests.many(g, others):
+                conf = min(conf, 1.0 - tests.q_same(t))
         groups.append(Group(sorted(names[i] for i in g.members), float(conf)))
     groups.sort(key=lambda gr: gr.members)
     return groups

@@ -33,7 +33,8 @@ Pipeline for each window k (``window_s`` long on the reference VM's clock; centr
 5. OWD per ordered pair on all of the window's probes (pure or not) with the network-corrected
    relative clock (``owd.owd_stats``); asymmetry per pair (``owd.asymmetry_us``).
 6. Collocation (``collocation.group``) over the per-window drift series of the last
-   ``series_windows`` windows.
+   ``series_windows`` windows and, for each VM, the offsets of its latest run of
+   consecutive windows (continuous: a clock step leaves a window without its estimate).
 
 Source: Geng et al., "Exploiting a Natural Network Effect for Scalable, Fine-grained Clock
 Synchronization", NSDI 2018 (coded probes, envelope fit, network effect, per-window estimates).
@@ -471,11 +472,16 @@ class Coordinator:
             return
         series = {v: np.array([w.est[v].drift_ppm if v in w.est else np.nan for w in wins])
                   for v in names}
+        offsets = {v: _latest_run([w.est[v].offset_ns if v in w.est else np.nan
+                                   for w in wins], [w.k for w in wins]) for v in names}
         sig = [w.est[v].drift_sigma_ppm for w in wins[-10:] for v in w.est if v in w.est]
         sig = [s for s in sig if math.isfinite(s) and s > 0]
         sigma = max(float(np.median(sig)) if sig else 0.0, 0.01)
+        osig = [w.est[v].offset_sigma_ns for w in wins[-10:] for v in w.est if v in w.est]
+        osig = [s for s in osig if math.isfinite(s) and s > 0]
         try:
-            self.groups = group(series, sigma)
+            self.groups = group(series, sigma, offset_series=offsets,
+                                offset_sigma_ns=float(np.median(osig)) if osig else 0.0)
             self.groups_windows = len(wins)
         except ValueError as e:
             log.warning("collocation failed: %s", e)
@@ -560,6 +566,19 @@ def _min_delays_ns(fit, ftx, frx, rtx, rrx) -> float:
     fwd = (frx - ftx - base).astype(np.float64) - (fit.offset_at(ftx) - base)
     rev = (rrx - rtx + base).astype(np.float64) + (fit.offset_at(rrx) - base)
     return float(min(fwd.min(), rev.min()))
+
+
+def _latest_run(values: list[float], ks: list[int]) -> np.ndarray:
+    """``values`` (one per window ``ks``) with NaN before the latest run of consecutive
+    windows that all have a value: a clock step leaves its window without an estimate, so
+    the run holds continuous offsets only."""
+    out = np.array(values, dtype=np.float64)
+    start = len(out)
+    while start > 0 and np.isfinite(out[start - 1]) and (
+            start == len(out) or ks[start] == ks[start - 1] + 1):
+        start -= 1
+    out[:start] = np.nan
+    return out
 
 
 def _component(ref: str, pairs: list[tuple[str, str]]) -> set[str]:

@@ -162,3 +162,46 @@ def test_precision_recall_large_case_by_counting():
     # predicted pairs: 1 + 1 + C(8,2)=28 -> 30; hits: 1 + 1 + 6 + 6 = 14; true pairs: 18
     assert (p, r) == pytest.approx((14 / 30, 14 / 18))
     assert not math.isnan(p)
+
+
+def _with_offsets(seed, n_windows=15, drift_sigma=0.2, offset_sigma_ns=100.0):
+    """Drift series with the lab's noise (0.2 ppm per window, software timestamps) and the
+    offsets those clocks integrate to (2 s windows, ns) with ``offset_sigma_ns`` of noise."""
+    rng = np.random.default_rng(seed)
+    t_s = rng.uniform(0, 1000) + 2.0 * (np.arange(n_windows) + 0.5)
+    y = _host_freqs(rng, 8, t_s)
+    drifts, offsets, truth = {}, {}, []
+    for h in range(8):
+        truth.append([])
+        rel = y[h] - y[0]
+        theta = rng.uniform(-1e7, 1e7) + np.cumsum(rel) * 2.0 * 1e3  # ppm over 2 s -> ns
+        for k in range(4):
+            v = f"vm{h * 4 + k:02d}"
+            truth[-1].append(v)
+            ref = v == "vm00"
+            drifts[v] = rel + (0.0 if ref else rng.normal(0, drift_sigma, n_windows))
+            offsets[v] = (0.0 if ref else theta + rng.normal(0, offset_sigma_ns, n_windows))
+            offsets[v] = np.broadcast_to(offsets[v], (n_windows,)).astype(float)
+    return drifts, offsets, truth
+
+
+def test_offsets_split_hosts_0p05_ppm_apart_that_noisy_drifts_merge():
+    # 0.05 ppm is 0.1 us of offset per 2 s window: over 15 windows the offset difference of
+    # the two close hosts walks 1.5 us away from its start, against 0.1 us of noise. Drifts
+    # alone, at 0.2 ppm of noise per window, cannot tell them apart in 30 s.
+    merged = 0
+    for seed in range(5):
+        d, o, truth = _with_offsets(seed)
+        merged += [g.members for g in group(d, 0.2)] != truth
+        got = group(d, 0.2, offset_series=o, offset_sigma_ns=100.0)
+        assert [g.members for g in got] == truth, seed
+    assert merged >= 4
+
+
+def test_offset_outliers_are_clipped_and_gaps_are_tolerated():
+    d, o, truth = _with_offsets(3, n_windows=30)
+    o["vm05"][20] += 50_000.0  # one window 50 us off (a queue on its path)
+    o["vm06"][:12] = np.nan    # a VM whose earlier offsets were dropped (a clock step)
+    assert [g.members for g in group(d, 0.2, offset_series=o)] == truth
+    with pytest.raises(ValueError, match="offset series"):
+        group(d, 0.2, offset_series={v: s[:-1] for v, s in o.items()})
