@@ -21,11 +21,12 @@ Pipeline for each window k (``window_s`` long on the reference VM's clock; centr
    ``t_k + theta_A``) and solved over the graph of pairs, weights ``1 / (residual_ns**2 +
    floor**2)``, twice (the second pass evaluates at the first pass's offsets). Only the VMs
    connected to the reference get an estimate.
-4. Drift: a window first reports its own slope; once the ``drift_windows // 2`` windows
-   after it have closed, its drift becomes the least-squares slope of the solved offsets of
-   the ``drift_windows`` windows centred on it (a centred slope: no lag behind the wander),
-   when they lie within ``drift_residual_ns`` of a line; otherwise (a gap, a clock step, a
-   migration, a reference change) it keeps its own slope. Measured in an idle 8-VM lab
+4. Drift: a window first reports the least-squares slope of the solved offsets of the last
+   ``drift_windows`` windows (it and those before it); once the ``drift_windows // 2``
+   windows after it have closed, the slope of the ``drift_windows`` windows centred on it
+   (no lag behind the wander). A slope is used only when the offsets lie within
+   ``drift_residual_ns`` of its line; otherwise (a gap, a clock step, a migration, a
+   reference change) the window keeps its own slope. Measured in an idle 8-VM lab
    (software stamps): a window's own slope is off by p50 0.10 / p99 0.55 ppm, the slope of
    three windows' offsets by p50 0.04 / p99 0.13 ppm (the offsets' noise spread over 4 s
    instead of the envelope's over 2 s). Collocation keeps the windows' own slopes:
@@ -144,8 +145,8 @@ class Coordinator:
         lateness_s: fixed lateness before a window closes, s (None: from the agents' rates).
         live_s: an agent silent for longer no longer holds windows open, s.
         clock: the coordinator's own clock (``time_ns`` and ``last_report_ns`` in the API).
-        drift_windows: odd number of consecutive windows, centred on a window, whose offsets
-            give its drift once they have closed (1: each window's own slope).
+        drift_windows: odd number of consecutive windows whose offsets give a window's
+            drift: it and those before it, then those centred on it (1: own slopes).
         drift_residual_ns: largest distance of those offsets from their line, ns, for their
             slope to be used.
     """
@@ -443,21 +444,28 @@ class Coordinator:
         return _Window(k, t_k, est, ntp, owd, asym, len(pairs))
 
     def _revise_drift(self, res: _Window) -> None:
-        """Give window ``res`` its own slopes as drift, and the window ``drift_windows // 2``
-        before it the centred slope of its neighbours' offsets (step 4 of the pipeline)."""
+        """Drift of window ``res``: the slope of its and the ``drift_windows - 1`` previous
+        windows' offsets; and of the window ``drift_windows // 2`` before it, the centred
+        slope (step 4 of the pipeline)."""
         res.drift = {v: e.drift_ppm for v, e in res.est.items()}
         res.ntp_drift = {v: e.drift_ppm for v, e in res.ntp.items()}
-        h = self.drift_windows // 2
-        wins = {w.k: w for w in self.history if w.k >= res.k - 2 * h}
+        n = self.drift_windows
+        wins = {w.k: w for w in self.history if w.k > res.k - n}
         wins[res.k] = res
-        if h == 0 or len(wins) < 2 * h + 1:
-            return  # a gap: those windows keep their own slopes
-        centre = wins[res.k - h]
-        for which, out in (("est", centre.drift), ("ntp", centre.ntp_drift)):
-            for v in getattr(centre, which):
-                pts = [(w.t_ns - centre.t_ns, getattr(w, which)[v].offset_ns)
-                       for w in wins.values() if v in getattr(w, which)]
-                if len(pts) < 2 * h + 1:
+        if n == 1 or len(wins) < n:
+            return  # a gap: these windows keep their own slopes
+        self._line_slopes(res, list(wins.values()))
+        self._line_slopes(wins[res.k - n // 2], list(wins.values()))
+
+    def _line_slopes(self, target: _Window, wins: list[_Window]) -> None:
+        """Set ``target``'s drift (and NTP drift) per VM to the least-squares slope of the
+        VM's offsets in ``wins`` when it has one in each and they lie within
+        ``drift_residual_ns`` of the line."""
+        for which, out in (("est", target.drift), ("ntp", target.ntp_drift)):
+            for v in getattr(target, which):
+                pts = [(w.t_ns - target.t_ns, getattr(w, which)[v].offset_ns)
+                       for w in wins if v in getattr(w, which)]
+                if len(pts) < len(wins):
                     continue
                 x = np.array([p[0] for p in pts], dtype=np.float64) / 1e9
                 y = np.array([p[1] for p in pts], dtype=np.float64)
