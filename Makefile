@@ -53,6 +53,7 @@ bench: setup
 	$(BIN)/python benchmarks/link_accuracy.py
 	$(BIN)/python benchmarks/collectives.py
 	$(BIN)/python benchmarks/placement.py
+	$(BIN)/python benchmarks/sync.py
 
 clean:
 	rm -rf $(VENV) *.egg-info build

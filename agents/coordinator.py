@@ -76,6 +76,10 @@ INCONSISTENT_NS = 1000.0
 """A pair fit whose implied minimum one-way delay is below minus this (ns) is dropped."""
 DRIFT_WINDOWS = 3
 """Windows centred on a window whose offsets give its drift (a slope over 4 s by default)."""
+OFFSET_FLOOR_NS = 150.0
+"""Floor of the offsets' noise in the collocation test, ns: in the idle quickstart lab
+(software stamps) the offset difference of two VMs of one host wanders by ~100 ns over
+minutes, slower than white noise; 0.05 ppm between hosts is still 1 us in 20 s."""
 DRIFT_RESIDUAL_NS = 1000.0
 """Largest distance (ns) of those offsets from their line for the slope to be used."""
 
@@ -488,8 +492,8 @@ class Coordinator:
         osig = [w.est[v].offset_sigma_ns for w in wins[-10:] for v in w.est if v in w.est]
         osig = [s for s in osig if math.isfinite(s) and s > 0]
         try:
-            self.groups = group(series, sigma, offset_series=offsets,
-                                offset_sigma_ns=float(np.median(osig)) if osig else 0.0)
+            self.groups = group(series, sigma, offset_series=offsets, offset_sigma_ns=max(
+                float(np.median(osig)) if osig else 0.0, OFFSET_FLOOR_NS))
             self.groups_windows = len(wins)
         except ValueError as e:
             log.warning("collocation failed: %s", e)
