@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from collections.abc import Sequence
 
@@ -108,6 +107,7 @@ def train(rank: int, peers: list[str], iters: int, hidden: int, warmup: int,
         doc["verified"] = bool(hi.item() == lo.item())
         if not doc["verified"]:
             doc["error"], doc["error_kind"] = f"rank {rank}: replicas diverged", "verify"
+        dist.barrier()  # no rank closes its connections while a peer still uses them
     finally:
         dist.destroy_process_group()
     return doc
@@ -153,4 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # os._exit: the report is out; skip interpreter teardown, where gloo's transport threads
+    # can abort the process (SIGABRT after a verified report: seen once in a full test run
+    # here; pytorch/gloo#388 discusses gloo's missing clean shutdown).
+    os._exit(main())
