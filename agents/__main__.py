@@ -135,10 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--guard-us", type=float, default=20.0,
                    help="coded-pair guard band, us: a pair is pure when its receive gap is "
                         "within this of its send gap")
-    c.add_argument("--drift-windows", type=int, default=3,
-                   help="odd number of windows whose offsets give a window's drift (least "
-                        "squares): it and those before it, then, once they closed, those "
-                        "centred on it; 1: each window's own slope")
+    c.add_argument("--drift-windows", type=int, default=5,
+                   help="odd number of windows centred on a window whose offsets give its "
+                        "drift (least squares) as they close; 1: each window's own slope")
     c.add_argument("--history", type=int, default=300, help="windows kept in the history")
     c.add_argument("--series", type=int, default=150,
                    help="windows of drift series used for collocation")

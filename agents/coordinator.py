@@ -21,15 +21,16 @@ Pipeline for each window k (``window_s`` long on the reference VM's clock; centr
    ``t_k + theta_A``) and solved over the graph of pairs, weights ``1 / (residual_ns**2 +
    floor**2)``, twice (the second pass evaluates at the first pass's offsets). Only the VMs
    connected to the reference get an estimate.
-4. Drift: a window first reports the least-squares slope of the solved offsets of the last
-   ``drift_windows`` windows (it and those before it); once the ``drift_windows // 2``
-   windows after it have closed, the slope of the ``drift_windows`` windows centred on it
-   (no lag behind the wander). A slope is used only when the offsets lie within
+4. Drift: the least-squares slope of the solved offsets of the ``drift_windows`` windows
+   centred on a window, as far as they have closed: the newest window first gets the slope
+   of it and the ``drift_windows // 2`` before it, and each later window adds one until the
+   span is centred (no lag behind the wander). A slope is used only when the offsets lie within
    ``drift_residual_ns`` of its line; otherwise (a gap, a clock step, a migration, a
    reference change) the window keeps its own slope. Measured in an idle 8-VM lab
-   (software stamps): a window's own slope is off by p50 0.10 / p99 0.55 ppm, the slope of
-   three windows' offsets by p50 0.04 / p99 0.13 ppm (the offsets' noise spread over 4 s
-   instead of the envelope's over 2 s). Collocation keeps the windows' own slopes:
+   (software stamps): a window's own slope is off by p50 0.10 / p99 0.55 ppm; centred
+   slopes of 3, 5 and 7 windows' offsets by p99 0.11, 0.057 and 0.033 ppm (the offsets'
+   noise spread over 4, 8 and 12 s instead of the envelope's over 2 s; the wander, periods
+   of 20 s and more, hardly bends a centred slope). Collocation keeps the windows' own slopes:
    independent samples, as its statistics assume. The NTP-style baseline gets the same.
 5. OWD per ordered pair on all of the window's probes (pure or not) with the network-corrected
    relative clock (``owd.owd_stats``); asymmetry per pair (``owd.asymmetry_us``).
@@ -74,8 +75,8 @@ MIN_PURE = 4
 """Fewest pure probes per direction for a pair to be fitted in a window."""
 INCONSISTENT_NS = 1000.0
 """A pair fit whose implied minimum one-way delay is below minus this (ns) is dropped."""
-DRIFT_WINDOWS = 3
-"""Windows centred on a window whose offsets give its drift (a slope over 4 s by default)."""
+DRIFT_WINDOWS = 5
+"""Windows centred on a window whose offsets give its drift (a slope over 8 s by default)."""
 OFFSET_FLOOR_NS = 150.0
 """Floor of the offsets' noise in the collocation test, ns: in the idle quickstart lab
 (software stamps) the offset difference of two VMs of one host wanders by ~100 ns over
@@ -149,8 +150,8 @@ class Coordinator:
         lateness_s: fixed lateness before a window closes, s (None: from the agents' rates).
         live_s: an agent silent for longer no longer holds windows open, s.
         clock: the coordinator's own clock (``time_ns`` and ``last_report_ns`` in the API).
-        drift_windows: odd number of consecutive windows whose offsets give a window's
-            drift: it and those before it, then those centred on it (1: own slopes).
+        drift_windows: odd number of consecutive windows, centred on a window, whose
+            offsets give its drift as they close (1: each window's own slope).
         drift_residual_ns: largest distance of those offsets from their line, ns, for their
             slope to be used.
     """
@@ -448,18 +449,18 @@ class Coordinator:
         return _Window(k, t_k, est, ntp, owd, asym, len(pairs))
 
     def _revise_drift(self, res: _Window) -> None:
-        """Drift of window ``res``: the slope of its and the ``drift_windows - 1`` previous
-        windows' offsets; and of the window ``drift_windows // 2`` before it, the centred
-        slope (step 4 of the pipeline)."""
+        """Drift of the last ``drift_windows // 2 + 1`` windows now that ``res`` closed: each
+        gets the slope of the windows within ``drift_windows // 2`` of it, as far as they
+        have closed (step 4 of the pipeline)."""
         res.drift = {v: e.drift_ppm for v, e in res.est.items()}
         res.ntp_drift = {v: e.drift_ppm for v, e in res.ntp.items()}
-        n = self.drift_windows
-        wins = {w.k: w for w in self.history if w.k > res.k - n}
+        h = self.drift_windows // 2
+        wins = {w.k: w for w in self.history if w.k >= res.k - 2 * h}
         wins[res.k] = res
-        if n == 1 or len(wins) < n:
-            return  # a gap: these windows keep their own slopes
-        self._line_slopes(res, list(wins.values()))
-        self._line_slopes(wins[res.k - n // 2], list(wins.values()))
+        for j in range(res.k - h, res.k + 1) if h else ():
+            span = [wins.get(i) for i in range(j - h, min(j + h, res.k) + 1)]
+            if j in wins and None not in span:
+                self._line_slopes(wins[j], span)
 
     def _line_slopes(self, target: _Window, wins: list[_Window]) -> None:
         """Set ``target``'s drift (and NTP drift) per VM to the least-squares slope of the
@@ -535,6 +536,7 @@ class Coordinator:
                 "time_ns": self.clock.now_ns(),
                 "reference": self.reference_name(),
                 "window_s": self.window_s,
+                "drift_windows": self.drift_windows,
                 "windows": len(self.history),
                 "t_ns": lat.t_ns if lat else None,
                 "vms": {v: self._vm_doc(v, self.vms.get(v)) for v in names},

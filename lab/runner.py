@@ -145,7 +145,8 @@ def agent_sections(lab: Lab, mesh: AgentMesh, watcher: Watcher, cost: dict) -> d
     return {
         "agents": cost,
         "sync": scoring.sync_section(state["history"], lab.clocks.specs, state["reference"],
-                                     mesh.started_ns, window_s=state["window_s"]),
+                                     mesh.started_ns, window_s=state["window_s"],
+                                     provisional_windows=state["drift_windows"] // 2),
         "owd_us": {"pairs": state["owd_us"], "asymmetry_us": state["asymmetry_us"]},
         "collocation": scoring.collocation_section(state["collocation"]["groups"], lab.phys,
                                                    watcher.detected_after_s),

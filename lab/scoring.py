@@ -48,7 +48,8 @@ def _stats(errors: list[float], digits: int) -> dict:
 
 def sync_section(history: list[dict], clocks: dict[str, ClockSpec], reference: str,
                  start_true_ns: int, converged_us: float = 10.0,
-                 skip_windows: int = 1, window_s: float = 2.0) -> dict:
+                 skip_windows: int = 1, window_s: float = 2.0,
+                 provisional_windows: int = 0) -> dict:
     """The results' ``sync`` section.
 
     Args:
@@ -61,9 +62,12 @@ def sync_section(history: list[dict], clocks: dict[str, ClockSpec], reference: s
         skip_windows: first windows left out of the error statistics (start-up).
         window_s: window length, s: a window's estimate exists from its end, half a window
             after its centre ``t_ns``.
+        provisional_windows: last windows whose drift the coordinator will still revise
+            (``drift_windows // 2``, API.md): left out of the drift statistics.
 
     Returns:
-        ``offset_error_us``, ``drift_error_ppm`` (p50/p99/max/n of |error|) for nslab's
+        ``offset_error_us``, ``drift_error_ppm`` (p50/p99/max/n of |error|; drift over the
+        windows that are no longer provisional) for nslab's
         estimate and under ``baseline_ntp`` for the NTP-style one on the same probes;
         ``converged_s``: seconds from ``start_true_ns`` to the end of the first window from
         which every later window has all |offset errors| <= ``converged_us`` (None if
@@ -85,8 +89,9 @@ def sync_section(history: list[dict], clocks: dict[str, ClockSpec], reference: s
                 errs["ntp_drift"].append(est["ntp_drift_ppm"] - drift)
         per_window.append((t_true, errs))
     scored = per_window[skip_windows:]
-    pool = {k: [e for _, w in scored for e in w[k]] for k in ("off", "drift", "ntp_off",
-                                                                "ntp_drift")}
+    final = scored[:len(scored) - provisional_windows]
+    pool = {k: [e for _, w in (final if "drift" in k else scored) for e in w[k]]
+            for k in ("off", "drift", "ntp_off", "ntp_drift")}
     converged = None
     for i, (t_true, _) in enumerate(per_window):
         if all(w["off"] and max(abs(e) for e in w["off"]) <= converged_us
