@@ -22,9 +22,10 @@ Pipeline for each window k (``window_s`` long on the reference VM's clock; centr
    floor**2)``, twice (the second pass evaluates at the first pass's offsets). Only the VMs
    connected to the reference get an estimate.
 4. Drift: the least-squares slope of the solved offsets of the ``drift_windows`` windows
-   centred on a window, as far as they have closed: the newest window first gets the slope
-   of it and the ``drift_windows // 2`` before it, and each later window adds one until the
-   span is centred (no lag behind the wander). A slope is used only when the offsets lie within
+   centred on a window, as far as they have closed and exist: the newest window first gets
+   the slope of it and the ``drift_windows // 2`` before it, and each later window adds one
+   until the span is centred (no lag behind the wander); the first windows, and those next
+   to a gap, use the side that exists. A slope is used only when the offsets lie within
    ``drift_residual_ns`` of its line; otherwise (a gap, a clock step, a migration, a
    reference change) the window keeps its own slope. Measured in an idle 8-VM lab
    (software stamps): a window's own slope is off by p50 0.10 / p99 0.55 ppm; centred
@@ -184,6 +185,7 @@ class Coordinator:
         self.history: deque[_Window] = deque(maxlen=max(history, 1))
         self.series: deque[_Window] = deque(maxlen=max(series_windows, 1))
         self.latest: _Window | None = None
+        self.first_k: dict[str, int] = {}  # each VM's first window with an estimate
         self.groups: list = []
         self.groups_windows = 0
         self.counters: Counter[str] = Counter()
@@ -344,6 +346,8 @@ class Coordinator:
                 if res is None:
                     self.counters["windows_skipped"] += 1
                     continue
+                for v in res.est:
+                    self.first_k.setdefault(v, res.k)
                 self._revise_drift(res)
                 self.latest = res
                 self.history.append(res)
@@ -450,27 +454,36 @@ class Coordinator:
 
     def _revise_drift(self, res: _Window) -> None:
         """Drift of the last ``drift_windows // 2 + 1`` windows now that ``res`` closed: each
-        gets the slope of the windows within ``drift_windows // 2`` of it, as far as they
-        have closed (step 4 of the pipeline)."""
+        gets the slope of the consecutive windows within ``drift_windows // 2`` of it, as far
+        as they have closed, when they are at least ``drift_windows // 2 + 1`` (step 4 of
+        the pipeline)."""
         res.drift = {v: e.drift_ppm for v, e in res.est.items()}
         res.ntp_drift = {v: e.drift_ppm for v, e in res.ntp.items()}
         h = self.drift_windows // 2
         wins = {w.k: w for w in self.history if w.k >= res.k - 2 * h}
         wins[res.k] = res
         for j in range(res.k - h, res.k + 1) if h else ():
-            span = [wins.get(i) for i in range(j - h, min(j + h, res.k) + 1)]
-            if j in wins and None not in span:
-                self._line_slopes(wins[j], span)
+            if j not in wins:
+                continue
+            lo = hi = j  # the run of consecutive windows around j, at most h either side
+            while lo - 1 >= j - h and lo - 1 in wins:
+                lo -= 1
+            while hi + 1 <= min(j + h, res.k) and hi + 1 in wins:
+                hi += 1
+            if hi - lo >= h:  # at least h + 1 windows (the first ones, after a gap)
+                self._line_slopes(wins[j], [wins[i] for i in range(lo, hi + 1)])
 
     def _line_slopes(self, target: _Window, wins: list[_Window]) -> None:
         """Set ``target``'s drift (and NTP drift) per VM to the least-squares slope of the
-        VM's offsets in ``wins`` when it has one in each and they lie within
+        VM's offsets in ``wins`` (its first window left out: it started inside it, a partial
+        window) when it has at least ``drift_windows // 2 + 1`` of them and they lie within
         ``drift_residual_ns`` of the line."""
+        need = self.drift_windows // 2 + 1
         for which, out in (("est", target.drift), ("ntp", target.ntp_drift)):
             for v in getattr(target, which):
                 pts = [(w.t_ns - target.t_ns, getattr(w, which)[v].offset_ns)
-                       for w in wins if v in getattr(w, which)]
-                if len(pts) < len(wins):
+                       for w in wins if v in getattr(w, which) and w.k != self.first_k.get(v)]
+                if len(pts) < need:
                     continue
                 x = np.array([p[0] for p in pts], dtype=np.float64) / 1e9
                 y = np.array([p[1] for p in pts], dtype=np.float64)
