@@ -26,8 +26,8 @@ Pipeline for each window k (``window_s`` long on the reference VM's clock; centr
    the slope of it and the ``drift_windows // 2`` before it, and each later window adds one
    until the span is centred (no lag behind the wander); the first windows, and those next
    to a gap, use the side that exists. A slope is used only when the offsets lie within
-   ``drift_residual_ns`` of its line; otherwise (a gap, a clock step, a migration, a
-   reference change) the window keeps its own slope. Measured in an idle 8-VM lab
+   ``drift_residual_ns`` of its line; otherwise (a clock step, a migration, a reference
+   change) the window keeps the drift it had: at first its own slope. Measured in an idle 8-VM lab
    (software stamps): a window's own slope is off by p50 0.10 / p99 0.55 ppm; centred
    slopes of 3, 5 and 7 windows' offsets by p99 0.11, 0.057 and 0.033 ppm (the offsets'
    noise spread over 4, 8 and 12 s instead of the envelope's over 2 s; the wander, periods
