@@ -140,9 +140,8 @@ def _test_many(a: _Cluster, others: list[_Cluster], s2: float, bases: _Bases
 
     Per window where both have data: ``z = (mean_a - mean_o) / sqrt(s2 * (1/n_a + 1/n_o))``,
     white N(0, 1) if they share an oscillator, clipped to +-``Z_CLIP``. Returns arrays (L,)
-    ``S = |Q^T z|^2`` (chi-square
-    with k dof under "same host"), ``k`` and ``n`` (windows used); ``S`` is NaN where fewer
-    than ``MIN_WINDOWS`` windows are shared."""
+    ``S = |Q^T z|^2`` (chi-square with k dof under "same host"), ``k`` and ``n`` (windows
+    used); ``S`` is NaN where fewer than ``MIN_WINDOWS`` windows are shared."""
     totals = np.vstack([o.total for o in others])
     counts = np.vstack([o.count for o in others])
     ok = (a.count > 0)[None, :] & (counts > 0)
