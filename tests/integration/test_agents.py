@@ -44,8 +44,11 @@ def test_quickstart_end_to_end(tmp_path):
     assert col["precision"] == 1.0 and col["recall"] == 1.0, col
     assert col["detected_after_s"] is not None
     assert len(doc["owd_us"]["pairs"]) == 8 * 7
+    # the latest window holds the jobs' traffic: a probe may wait behind a full queue of
+    # 100 packets (12.1 ms at 100 Mbit/s) on each of its 2-4 shaped hops; the floor is us
     for pair, o in doc["owd_us"]["pairs"].items():
-        assert 0 < o["min_us"] <= o["p50_us"] <= o["p99_us"] < 5000, (pair, o)
+        assert 0 < o["min_us"] < 100 and o["min_us"] <= o["p50_us"] <= o["p99_us"] < 50_000, \
+            (pair, o)
     naive, aware = doc["jobs"]
     assert naive["verified"] and aware["verified"], doc["jobs"]
     assert naive["placement"]["shared_host_ranks"] == 4
