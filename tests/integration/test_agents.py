@@ -126,11 +126,11 @@ def test_agents_survive_fuzz_pause_and_link_failure(make_lab):
         t_ref = st["t_ns"]
         st = wait_for(mesh, lambda s: s["t_ns"] > t_ref + 14e9
                       and "vm3" in s["history"][-1]["vms"]
-                      and sum(s["vms"]["vm1"]["rejects"].values()) >= before + len(fuzzed),
+                      and sum(s["vms"]["vm1"]["rejects"].values()) >= before + len(fuzzed) - 3,
                       40, "vm3 back in a window and the fuzz counted")
         assert all(p.poll() is None for p in mesh.procs.values())
         rejected = sum(st["vms"]["vm1"]["rejects"].values()) - before
-        assert rejected >= len(fuzzed) - 3, st["vms"]["vm1"]["rejects"]  # a fuzz may be valid
+        assert rejected >= len(fuzzed) - 3, st["vms"]["vm1"]["rejects"]  # a fuzz may pass
         last = scoring.sync_section(st["history"][-2:], lab.clocks.specs, st["reference"],
                                     mesh.started_ns, skip_windows=0)
         assert last["offset_error_us"]["max"] < 20.0, last
