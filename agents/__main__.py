@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "drift (least squares) as they close; 1: each window's own slope")
     c.add_argument("--history", type=int, default=300, help="windows kept in the history")
     c.add_argument("--series", type=int, default=150,
-                   help="windows of drift series used for collocation")
+                   help="windows of drift and offset series used for collocation")
     return p
 
 

@@ -146,7 +146,7 @@ class Coordinator:
             load, from softirq scheduling; a 5 us guard kept 5-80% of the pairs and doubled
             the offset error (p99 0.94 us against 0.23 us at 20 us).
         history: windows kept in ``history`` of the state document.
-        series_windows: windows of drift series used for collocation (and served).
+        series_windows: windows of drift and offset series used for collocation (drift served).
         weight_floor_ns: floor added to the fits' residuals in the solve weights, ns.
         lateness_s: fixed lateness before a window closes, s (None: from the agents' rates).
         live_s: an agent silent for longer no longer holds windows open, s.
