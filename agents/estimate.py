@@ -195,7 +195,6 @@ def _max_margin(xu: np.ndarray, yu: np.ndarray, xl: np.ndarray, yl: np.ndarray,
         m, at_bound = lo, s_lo < 0
     else:
         at_bound = False
-        m = 0.5 * (lo + hi)
         tol = m_bound * 4e-16 + 1e-12
         for _ in range(200):  # a few steps; the cap only guards float corner cases
             m = (a_hi - a_lo) / (s_lo - s_hi)

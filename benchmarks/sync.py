@@ -12,9 +12,9 @@ Cases (each a real lab with the agents, except ``solve``):
   in both directions (sym) or leaf1 -> leaf2 only (asym). iperf3 sends in bursts: most
   probes still find the queue empty, so the NTP-style baseline, whose clock filter keeps the
   lowest-delay sample (RFC 5905), is hardly biased.
-* ``asymtcp``: one TCP flow vm5 -> vm1 (as in quickstart): bursty queueing in one
-  direction, which biases the NTP-style estimate; the Huygens envelopes still find the
-  floor in both directions.
+* ``asymtcp``: one TCP flow vm5 -> vm1 (as in quickstart): queueing in one direction,
+  which biases the NTP-style estimate; the Huygens envelopes find the floor in the windows
+  where the queue drains at least once (not in all: run to run the p99 varies).
 * ``standing``: four TCP flows leaf1 -> leaf2 keep the spine link's queue full: every probe
   across that cut waits, so every cross-leaf pair (and every loop) carries the same bias of
   half the standing queue, and the two directions' OWDs look equal. No two-way method can

@@ -21,7 +21,8 @@ def simulate(coord, specs: Mapping[str, ClockSpec], seconds: float, *, rate: flo
              dmin_ns: int = 20_000, queue_ns: Mapping[tuple[str, str], float] | None = None,
              seed: int = 1, start_s: float = 0.0, chunk_s: float = 0.5,
              silent: Collection[str] = (), hello: bool = True,
-             peers: Mapping[str, Collection[str]] | None = None, t0_ns: int = T0_NS) -> None:
+             peers: Mapping[str, Collection[str]] | None = None, t0_ns: int = T0_NS,
+             stats: dict | None = None) -> None:
     """Feed ``coord`` (an ``agents.coordinator.Coordinator``) what its agents would send.
 
     Every VM sends coded pairs to each of its ``peers`` (default: every other VM) at ``rate``
@@ -36,6 +37,7 @@ def simulate(coord, specs: Mapping[str, ClockSpec], seconds: float, *, rate: flo
         seconds: true time simulated, s, from ``t0_ns + start_s``.
         silent: VMs that neither probe, answer nor report (a paused VM).
         hello: send each VM's ``hello`` first (False: the agents are already known).
+        stats: the ``stats`` object of every report (agents' counters; default empty).
     """
     rng = random.Random(seed)
     queue_ns = queue_ns or {}
@@ -69,6 +71,6 @@ def simulate(coord, specs: Mapping[str, ClockSpec], seconds: float, *, rate: flo
                     ts += int(S / rate)
         for v in (v for v in names if v not in silent):
             coord.ingest({"type": "report", "name": v, "t_ns": specs[v].to_vm_ns(stop),
-                          "rx": rx[v], "stats": {"probes_rx": 1, "rejects": {"replay": 2}}})
+                          "rx": rx[v], "stats": stats or {}})
         coord.step()
         t = stop

@@ -170,18 +170,15 @@ def _with_offsets(seed, n_windows=15, drift_sigma=0.2, offset_sigma_ns=100.0):
     rng = np.random.default_rng(seed)
     t_s = rng.uniform(0, 1000) + 2.0 * (np.arange(n_windows) + 0.5)
     y = _host_freqs(rng, 8, t_s)
-    drifts, offsets, truth = {}, {}, []
-    for h in range(8):
-        truth.append([])
+    drifts, offsets = {"vm00": np.zeros(n_windows)}, {"vm00": np.zeros(n_windows)}
+    truth = [[f"vm{h * 4 + k:02d}" for k in range(4)] for h in range(8)]
+    for h, members in enumerate(truth):
         rel = y[h] - y[0]
-        theta = rng.uniform(-1e7, 1e7) + np.cumsum(rel) * 2.0 * 1e3  # ppm over 2 s -> ns
-        for k in range(4):
-            v = f"vm{h * 4 + k:02d}"
-            truth[-1].append(v)
-            ref = v == "vm00"
-            drifts[v] = rel + (0.0 if ref else rng.normal(0, drift_sigma, n_windows))
-            offsets[v] = (0.0 if ref else theta + rng.normal(0, offset_sigma_ns, n_windows))
-            offsets[v] = np.broadcast_to(offsets[v], (n_windows,)).astype(float)
+        ramp = np.cumsum(rel) * 2.0 * 1e3  # ppm over 2 s windows -> ns
+        for v in members[1 if h == 0 else 0:]:  # vm00 is the reference
+            drifts[v] = rel + rng.normal(0, drift_sigma, n_windows)
+            offsets[v] = rng.uniform(-1e7, 1e7) + ramp + rng.normal(0, offset_sigma_ns,
+                                                                    n_windows)
     return drifts, offsets, truth
 
 

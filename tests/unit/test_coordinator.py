@@ -40,7 +40,7 @@ def errors(state, specs):
 def test_offsets_drifts_owd_and_collocation_match_truth():
     specs = clocks()
     coord = Coordinator(window_s=2.0)
-    simulate(coord, specs, 40)
+    simulate(coord, specs, 40, stats={"probes_rx": 1, "rejects": {"replay": 2}})
     st = coord.state()
     assert st["schema"] == SCHEMA and st["reference"] == "vm1"
     assert st["windows"] >= 18
