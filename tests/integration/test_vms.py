@@ -18,22 +18,30 @@ LOOP = "python3 -c 'import time; t = time.perf_counter(); sum(range(8_000_000));
        "print(time.perf_counter() - t)'"
 
 
-def loop_s(vm, repeat: int = 3) -> float:
-    """Least wall time of ``repeat`` runs of the loop in ``vm``: one run lands on a random
-    phase of the CFS quota period (100 ms); seen here in single runs on an idle host of 0.5
-    core: 0.24 s, and 0.32 s while a neighbour on another host was busy."""
-    return min(float(vm.cmd(LOOP).strip().splitlines()[-1]) for _ in range(repeat))
+def loop_s(vm) -> float:
+    return float(vm.cmd(LOOP).strip().splitlines()[-1])
 
 
 def test_noisy_neighbour_slows_a_vm_on_the_same_host_only(make_lab):
     lab = three_vms(make_lab, "it_cpu", cpu_cores=0.5)
-    idle_same, idle_other = loop_s(lab["vm2"]), loop_s(lab["vm3"])
-    lab.faults.cpu_hog("vm1")
-    time.sleep(0.3)
-    busy_same, busy_other = loop_s(lab["vm2"]), loop_s(lab["vm3"])
-    lab.faults.cpu_hog("vm1", enable=False)
-    assert busy_same > 1.4 * idle_same, (idle_same, busy_same)  # fair share: 2x
-    assert busy_other < 1.3 * idle_other, (idle_other, busy_other)
+    # three rounds of idle then busy, the least of each: a round lands on a random phase of
+    # the CFS quota period (100 ms), and other work on the machine hits the idle and busy
+    # runs of one round alike. Seen
+    # here: same-host slowdown 1.6-2.4, other host 0.98-1.05 in a quiet lab; single runs
+    # during the full suite: other host 0.24 s idle, 0.31 s busy.
+    runs: dict[str, list[float]] = {"idle_same": [], "idle_other": [], "busy_same": [],
+                                    "busy_other": []}
+    for _ in range(3):
+        runs["idle_same"].append(loop_s(lab["vm2"]))
+        runs["idle_other"].append(loop_s(lab["vm3"]))
+        lab.faults.cpu_hog("vm1")
+        time.sleep(0.3)
+        runs["busy_same"].append(loop_s(lab["vm2"]))
+        runs["busy_other"].append(loop_s(lab["vm3"]))
+        lab.faults.cpu_hog("vm1", enable=False)
+    best = {k: min(v) for k, v in runs.items()}
+    assert best["busy_same"] > 1.4 * best["idle_same"], runs  # fair share: 2x
+    assert best["busy_other"] < 1.3 * best["idle_other"], runs
     assert lab.cgroups.cpu_usage_ns("phys1", "vm1") > 0.1e9
 
 
