@@ -27,3 +27,29 @@ def iperf3(client, server, *args, port=5201, retry_s=5):
     finally:
         srv.kill()
         srv.wait()
+
+
+RECEIVER = ("python3 -c 'import socket; s = socket.socket(socket.AF_INET, "
+            "socket.SOCK_DGRAM); s.bind((\"\", {port})); print(\"ready\", flush=True); "
+            "s.settimeout(10.0); n = 0\ntry:\n    while True:\n        s.recv(2048); n += 1; "
+            "s.settimeout(3.0)\nexcept socket.timeout:\n    print(n)'")
+SENDER = ("python3 -c 'import socket, time; s = socket.socket(socket.AF_INET, "
+          "socket.SOCK_DGRAM)\nfor i in range({n}):\n    s.sendto(b\"x\" * 200, "
+          "(\"{ip}\", {port}))\n    time.sleep(0.0005) if i % 10 == 0 else None'")
+
+
+def udp_delivered(client, server, n: int, port: int = 9999) -> int:
+    """Send ``n`` UDP datagrams (200 bytes, paced at ~20 000/s) from VM ``client`` to VM
+    ``server``; returns how many arrived (the receiver waits 10 s for the first, then stops
+    3 s after the last). No control connection crosses the path, so a lossy link only thins
+    the datagrams (iperf3's TCP control channel can fail there)."""
+    rx = server.popen(["sh", "-c", RECEIVER.format(port=port)], text=True)
+    try:
+        assert rx.stdout.readline().strip() == "ready"
+        client.cmd(SENDER.format(n=n, ip=server.IP(), port=port))
+        out, _ = rx.communicate(timeout=30)
+        return int(out.split()[-1])
+    finally:
+        if rx.poll() is None:
+            rx.kill()
+            rx.wait()
