@@ -16,7 +16,8 @@ import argparse
 
 from mininet.log import setLogLevel
 
-from lab import Lab, jobs
+from lab import Lab
+from session import jobs
 from topo import LeafSpine
 
 COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather",

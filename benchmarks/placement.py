@@ -13,8 +13,8 @@ import statistics
 
 from mininet.log import setLogLevel
 
-from lab import runner
-from lab.scenario import load, resolve
+from session import runner
+from session.scenario import load, resolve
 
 
 def main() -> None:

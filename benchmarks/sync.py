@@ -43,8 +43,8 @@ from mininet.log import setLogLevel
 
 from agents.clock import ClockSpec, Oscillator, Segment
 from agents.coordinator import Coordinator
-from lab import runner
-from lab.scenario import load
+from session import runner
+from session.scenario import load
 from lab.synthetic import T0_NS, simulate
 
 

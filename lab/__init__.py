@@ -1,7 +1,7 @@
 """The emulator: builds a topology into namespaces, shapes links, places VMs on physical hosts
 (cgroups), runs their clocks, injects faults, runs scenarios and records the ground truth.
 
-``Lab`` is imported lazily, so processes that run inside VMs (``lab.workloads``) start without
+``Lab`` is imported lazily, so processes that run inside VMs (``workloads``) start without
 loading Mininet and pyroute2.
 """
 from lab.errors import CapabilityError, LabError, NotRootError, ScenarioError

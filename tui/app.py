@@ -372,7 +372,7 @@ class NslabApp(App):
             self.teardown(False)
 
     def scenario_choices(self) -> list[tuple[str, str]]:
-        from lab.scenario import builtin_names
+        from session.scenario import builtin_names
         out = [(n, n) for n in builtin_names()]
         out += [(p.stem, str(p)) for p in sorted(TUI_SCENARIOS.glob("*.yaml"))]
         return out

@@ -17,11 +17,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from lab import runner, scoring
+from session import runner, scoring
 from lab.errors import LabError
 from lab.fidelity import FidelitySampler
-from lab.load import Flow, LoadRunner
-from lab.scenario import load
+from session.load import Flow, LoadRunner
+from session.scenario import load
 from tui.backend import (
     TIERS,
     EventView,
@@ -56,7 +56,7 @@ class LiveBackend:
     """A scenario's lab, its agents, load, jobs and fault timeline, driven by the TUI.
 
     Args:
-        scenario: built-in name or YAML path (``lab.scenario.load``).
+        scenario: built-in name or YAML path (``session.scenario.load``).
         name: lab name (default: the scenario's).
         run_jobs: run the scenario's jobs after its timeline.
         progress: called with bring-up messages (from the lab thread).
@@ -181,7 +181,7 @@ class LiveBackend:
                 return
             try:
                 vms = runner.choose(self.lab, spec, self.watcher)
-                from lab import jobs
+                from session import jobs
                 entry = jobs.run(self.lab, spec.name, spec.collective, vms,
                                  timeout_s=spec.timeout_s, nbytes=spec.bytes, dtype=spec.dtype,
                                  iterations=spec.iterations, warmup=spec.warmup,

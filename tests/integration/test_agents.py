@@ -21,12 +21,12 @@ from pyroute2 import netns
 from scapy.packet import fuzz
 
 from agents.probe import NslabProbe, node_id
-from lab import scoring
-from lab.daemons import AGENT_PORT, AgentConfig, AgentMesh
+from session import scoring
+from session.daemons import AGENT_PORT, AgentConfig, AgentMesh
 from lab.lab import lab_netns
 from topo import LeafSpine
 
-NSLAB = [sys.executable, "-m", "lab.cli.main"]
+NSLAB = [sys.executable, "-m", "cli.main"]
 
 
 def test_quickstart_end_to_end(tmp_path):

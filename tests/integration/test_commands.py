@@ -9,7 +9,7 @@ import time
 
 from lab.lab import lab_netns
 
-NSLAB = [sys.executable, "-m", "lab.cli.main"]
+NSLAB = [sys.executable, "-m", "cli.main"]
 
 SCENARIO = """
 name: it_cli

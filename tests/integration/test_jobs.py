@@ -3,7 +3,7 @@ link that fails mid-job ends in recovery or a clear error within the timeout."""
 import threading
 import time
 
-from lab import jobs
+from session import jobs
 from topo import LeafSpine
 
 COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather",

@@ -21,7 +21,7 @@ from scapy.packet import fuzz
 
 from agents.clock import ClockSpec, Oscillator, Segment
 from agents.probe import NslabProbe, Probe, encode, node_id
-from lab.scoring import truth_at as truth
+from session.scoring import truth_at as truth
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEY = "5eed" * 8

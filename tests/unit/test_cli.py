@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from lab.cli.main import main
+from cli.main import main
 
 
 def test_not_root_is_one_line_and_exit_2(monkeypatch, capsys):

@@ -1,4 +1,4 @@
-"""Collective algorithms and the TCP mesh (lab.workloads), on loopback without root.
+"""Collective algorithms and the TCP mesh (workloads), on loopback without root.
 
 Every rank runs in its own thread with its own ``Mesh`` (real TCP sockets on 127.0.0.1).
 Results are checked against references computed here from first principles (not with the
@@ -13,9 +13,9 @@ import time
 import numpy as np
 import pytest
 
-from lab.workloads import collectives as coll
-from lab.workloads.errors import JobTimeoutError, PeerLostError, PeerUnreachableError
-from lab.workloads.transport import Mesh, PathHints, split_bytes
+from workloads import collectives as coll
+from workloads.errors import JobTimeoutError, PeerLostError, PeerUnreachableError
+from workloads.transport import Mesh, PathHints, split_bytes
 
 SIZES = (1, 2, 7, 1001, 30011)  # 1 and 2 are below most world sizes; none divides evenly
 REDUCE_CASES = (("float32", "sum"), ("int32", "max"), ("int8", "prod"), ("float64", "avg"),

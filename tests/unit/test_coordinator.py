@@ -10,7 +10,7 @@ import pytest
 
 from agents.clock import ClockSpec, Oscillator, Segment
 from agents.coordinator import HEALTH_SCHEMA, SCHEMA, Coordinator, Service
-from lab.scoring import truth_at as truth
+from session.scoring import truth_at as truth
 from lab.synthetic import T0_NS as T0
 from lab.synthetic import S, simulate
 

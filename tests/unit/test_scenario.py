@@ -4,7 +4,7 @@ import textwrap
 import pytest
 
 from lab.errors import ScenarioError
-from lab.scenario import builtin_names, load
+from session.scenario import builtin_names, load
 
 GOOD = """
 name: t

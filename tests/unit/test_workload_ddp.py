@@ -1,6 +1,6 @@
 """PyTorch DDP (gloo) workload on loopback: replicas stay identical, timings are reported."""
-from lab.workloads.ddp import DDPJob, n_params
-from lab.workloads.job import loopback_addresses
+from workloads.ddp import DDPJob, n_params
+from workloads.job import loopback_addresses
 
 
 def test_ddp_job_on_loopback_verifies():

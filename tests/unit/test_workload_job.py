@@ -1,4 +1,4 @@
-"""The collective worker (lab.workloads.worker) and job runner (lab.workloads.job) on
+"""The collective worker (workloads.worker) and job runner (workloads.job) on
 loopback without root: real worker processes, real TCP, real signals."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from agents.clock import Clock, ClockSpec, Oscillator, Segment
-from lab.workloads import worker as wk
-from lab.workloads.job import Job, loopback_addresses, run_job
+from workloads import worker as wk
+from workloads.job import Job, loopback_addresses, run_job
 
 S = 1_000_000_000
 

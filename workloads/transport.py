@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lab.workloads.errors import (
+from workloads.errors import (
     ConfigError,
     JobTimeoutError,
     PeerLostError,

@@ -2,7 +2,7 @@
 
 ``load(path_or_name)`` returns a ``Scenario`` or raises ``ScenarioError`` listing every problem
 with its field path (``topology.spines: Input should be greater than 0``). Built-in scenarios
-live in ``lab/scenarios/*.yaml``; ``quickstart`` is the default. The field reference is
+live in ``session/scenarios/*.yaml``; ``quickstart`` is the default. The field reference is
 ``Scenario``'s JSON schema (``nslab schema``) and the README.
 """
 from __future__ import annotations
@@ -174,7 +174,7 @@ class JobSpec(_Strict):
 
     @model_validator(mode="after")
     def _policy(self):
-        from lab.workloads.collectives import collective_name
+        from workloads.collectives import collective_name
         if self.collective != "ddp":
             collective_name(self.collective)  # ValueError names the known ones
         if isinstance(self.placement, str) and self.placement not in ("naive",

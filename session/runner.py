@@ -5,15 +5,15 @@ import threading
 import time
 from collections.abc import Callable
 
-from lab import jobs, results, scoring
+from session import jobs, results, scoring
 from lab.capabilities import probe
 from lab.clocks import ClockConfig
-from lab.daemons import AgentConfig, AgentMesh
+from session.daemons import AgentConfig, AgentMesh
 from lab.errors import LabError
 from lab.fidelity import FidelitySampler
 from lab.lab import Lab
-from lab.load import Flow, LoadRunner
-from lab.scenario import Scenario
+from session.load import Flow, LoadRunner
+from session.scenario import Scenario
 
 
 def make_lab(sc: Scenario, topo, name: str | None = None,

@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 import sys
 
-from lab import results, runner
+from session import results, runner
 from lab.capabilities import require_root
-from lab.scenario import DEFAULT, builtin_names, load, resolve
+from session.scenario import DEFAULT, builtin_names, load, resolve
 
 
 def add_parser(sub) -> None:

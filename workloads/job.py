@@ -1,6 +1,6 @@
 """Launch a collective job: N worker processes, one per rank, and summarize their reports.
 
-``run_job`` starts ``[*command(rank), python, -m, lab.workloads.worker, ...]`` for every rank
+``run_job`` starts ``[*command(rank), python, -m, workloads.worker, ...]`` for every rank
 (``command`` maps a rank to a command prefix: nothing for a local process, the argv that enters
 a VM's namespace and cgroup in the lab), waits for all of them with a timeout, and returns a
 summary (schema ``nslab.job/1``) whose core fields are the ``jobs`` entries of
@@ -45,16 +45,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lab.workloads import collectives as coll
-from lab.workloads.transport import PathHints, parse_address
-from lab.workloads.worker import SCHEMA as WORKER_SCHEMA
-from lab.workloads.worker import parse_size
+from workloads import collectives as coll
+from workloads.transport import PathHints, parse_address
+from workloads.worker import SCHEMA as WORKER_SCHEMA
+from workloads.worker import parse_size
 
 if TYPE_CHECKING:
     from typing import Self
 
 SCHEMA = "nslab.job/1"
-WORKER_MODULE = "lab.workloads.worker"
+WORKER_MODULE = "workloads.worker"
 THREAD_LIMITS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _CAUSE_ORDER = {None: 0, "config": 1, "unreachable": 2, "timeout": 3, "internal": 4,
                 "verify": 5, "terminated": 6, "peer_lost": 7}
@@ -407,8 +407,8 @@ def run_job(name: str, collective: str, addresses: Sequence[str],
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m lab.workloads.job``: run a local job on loopback and print its summary."""
-    p = argparse.ArgumentParser(prog="python -m lab.workloads.job",
+    """``python -m workloads.job``: run a local job on loopback and print its summary."""
+    p = argparse.ArgumentParser(prog="python -m workloads.job",
                                 description="Run a collective job of local processes on "
                                             "loopback and print its nslab.job/1 summary.")
     p.add_argument("--world", type=int, default=4)

@@ -12,6 +12,6 @@ Modules:
     collectives: the algorithms (AllReduce, Broadcast, Reduce, AllGather, ReduceScatter,
                  Gather, Scatter, AllToAll), deterministic inputs, reference results and
                  nccl-tests' bus-bandwidth factors.
-    worker:      the per-rank program, ``python -m lab.workloads.worker``.
+    worker:      the per-rank program, ``python -m workloads.worker``.
     job:         ``run_job``/``Job``: start the N workers, enforce the job timeout, summarize.
 """

@@ -1,4 +1,4 @@
-"""One rank of a collective job: ``python -m lab.workloads.worker --rank R --peers ADDRS ...``.
+"""One rank of a collective job: ``python -m workloads.worker --rank R --peers ADDRS ...``.
 
 The worker connects to every other rank (``transport.Mesh``), then runs ``warmup`` + ``iters``
 iterations of: a compute phase (``compute_units`` matrix products, real CPU work, so a noisy
@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agents.clock import Clock
-from lab.workloads import collectives as coll
-from lab.workloads.errors import ConfigError, JobTimeoutError, WorkloadError
-from lab.workloads.transport import Mesh, PathHints, parse_address
+from workloads import collectives as coll
+from workloads.errors import ConfigError, JobTimeoutError, WorkloadError
+from workloads.transport import Mesh, PathHints, parse_address
 
 SCHEMA = "nslab.worker/1"
 COMPUTE_MATRIX_N = 128
@@ -291,7 +291,7 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m lab.workloads.worker",
+        prog="python -m workloads.worker",
         description="One rank of an nslab collective job; prints an nslab.worker/1 JSON "
                     "document on stdout.")
     p.add_argument("--rank", type=int, required=True, help="this worker's rank")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lab.cli import clean, doctor, exec_, run, tui, up
+from cli import clean, doctor, exec_, run, tui, up
 from lab.errors import LabError, NotRootError
 
 COMMANDS = (run, up, exec_, doctor, clean, tui)

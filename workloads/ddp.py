@@ -1,7 +1,7 @@
 """A real framework workload: PyTorch DistributedDataParallel with the gloo backend training a
 small MLP on synthetic data, one rank per VM (extra ``torch``, the CPU build).
 
-``python -m lab.workloads.ddp --rank R --peers H:P,... [--iters 10] [--hidden 256]`` joins the
+``python -m workloads.ddp --rank R --peers H:P,... [--iters 10] [--hidden 256]`` joins the
 process group at the first peer's address (``init_method=tcp://``; rank 0 listens there),
 trains, and prints one ``nslab.worker/1`` document like the collective worker: per iteration
 ``iteration_s`` (forward, backward with DDP's overlapped gradient AllReduce, optimizer step;
@@ -22,8 +22,8 @@ import time
 from collections.abc import Sequence
 
 from agents.clock import Clock
-from lab.workloads.job import Job
-from lab.workloads.worker import SCHEMA
+from workloads.job import Job
+from workloads.worker import SCHEMA
 
 IN_FEATURES, OUT_FEATURES, BATCH = 64, 8, 32
 
@@ -114,7 +114,7 @@ def train(rank: int, peers: list[str], iters: int, hidden: int, warmup: int,
 
 
 class DDPJob(Job):
-    """A ``Job`` whose ranks run ``lab.workloads.ddp`` (its ``count`` is the parameter count:
+    """A ``Job`` whose ranks run ``workloads.ddp`` (its ``count`` is the parameter count:
     the gradient AllReduce of every step)."""
 
     def __init__(self, name: str, addresses: Sequence[str], hidden: int = 256, **options):
@@ -122,7 +122,7 @@ class DDPJob(Job):
         super().__init__(name, "all_reduce", addresses, count=n_params(hidden), **options)
 
     def worker_argv(self, rank: int) -> list[str]:
-        return [*self.command(rank), self.python, "-m", "lab.workloads.ddp", "--rank",
+        return [*self.command(rank), self.python, "-m", "workloads.ddp", "--rank",
                 str(rank), "--peers", ",".join(self.addresses), "--iters", str(self.iterations),
                 "--warmup", str(self.warmup), "--hidden", str(self.hidden), "--timeout",
                 str(self.timeout)]

@@ -10,7 +10,7 @@ import time
 
 from lab.capabilities import require_root
 from lab.errors import LabError
-from lab.scenario import DEFAULT, builtin_names
+from session.scenario import DEFAULT, builtin_names
 
 
 def add_parser(sub) -> None:
@@ -64,7 +64,7 @@ def main(args) -> int:
         factory = None
     else:
         require_root()
-        from lab.scenario import load
+        from session.scenario import load
         from tui.live import LiveBackend
         load(args.scenario)  # a bad scenario fails here, before the UI starts
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from mininet.cli import CLI
 
-from lab import runner
+from session import runner
 from lab.capabilities import require_root
-from lab.cli.run import progress_printer
-from lab.scenario import DEFAULT, load
+from cli.run import progress_printer
+from session.scenario import DEFAULT, load
 
 
 def add_parser(sub) -> None:

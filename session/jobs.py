@@ -1,6 +1,6 @@
 """Collective jobs on the lab's VMs, and the choice of which VMs a tenant gives a job.
 
-A job is ``lab.workloads.job.Job``: one worker per rank, each started inside its VM through
+A job is ``workloads.job.Job``: one worker per rank, each started inside its VM through
 ``nslab exec`` (its namespace, its physical host's cgroup, its clock). Placement policies:
 
     * ``naive``: the first ``ranks`` VMs in name order (what a tenant gets without looking);
@@ -16,8 +16,8 @@ import sys
 from collections.abc import Sequence
 
 from lab.errors import LabError
-from lab.workloads.ddp import DDPJob
-from lab.workloads.job import Job
+from workloads.ddp import DDPJob
+from workloads.job import Job
 
 PORT = 7800
 
@@ -69,7 +69,7 @@ def run(lab, name: str, collective: str, vms: Sequence[str], timeout_s: float = 
     """
     nodes = [lab[v] for v in vms]
     addresses = [f"{n.IP()}:{PORT}" for n in nodes]
-    prefix = [sys.executable, "-m", "lab.cli.main", "exec", lab.name]
+    prefix = [sys.executable, "-m", "cli.main", "exec", lab.name]
     common = dict(command=lambda r: [*prefix, vms[r], "--"],
                   placement={r: v for r, v in enumerate(vms)}, timeout=timeout_s)
     lab.stamp("job_start", name, collective=collective, vms=list(vms))
