@@ -4,9 +4,10 @@ from __future__ import annotations
 import json
 import sys
 
-from session import results, runner
 from lab.capabilities import require_root
+from session import results
 from session.scenario import DEFAULT, builtin_names, load, resolve
+from session.session import Session
 
 
 def add_parser(sub) -> None:
@@ -36,8 +37,10 @@ def main(args) -> int:
               f"{len(topo.links())} links, {len(sc.faults)} faults)")
         return 0
     require_root()
-    doc = runner.run(sc, topo, str(resolve(args.scenario)), args.name,
-                     progress_printer(args.quiet))
+    progress = progress_printer(args.quiet)
+    session = Session(sc, topo, str(resolve(args.scenario)), args.name, progress=progress)
+    session.subscribe(lambda ev: progress(f"{ev.t_s:6.2f} s  {ev.describe()}"))
+    doc = session.run()
     if args.json == "-":
         json.dump(doc, sys.stdout, indent=1)
         print()

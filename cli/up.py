@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from mininet.cli import CLI
 
-from session import runner
-from lab.capabilities import require_root
 from cli.run import progress_printer
+from lab.capabilities import require_root
 from session.scenario import DEFAULT, load
+from session.session import make_lab
 
 
 def add_parser(sub) -> None:
@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     require_root()
     sc, topo = load(args.scenario)
-    with runner.make_lab(sc, topo, args.name, progress_printer(False)) as lab:
+    with make_lab(sc, topo, args.name, progress_printer(False)) as lab:
         print(f"lab {lab.name} is up: {', '.join(v.name for v in lab.vms)}")
         CLI(lab.net)
     return 0

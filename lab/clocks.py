@@ -6,28 +6,27 @@ from __future__ import annotations
 
 import os
 import zlib
-from dataclasses import dataclass, field
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from agents.clock import ClockSpec, Oscillator, Segment
 
 
-@dataclass
-class ClockConfig:
-    """How clocks are drawn.
+class ClockConfig(BaseModel):
+    """How clocks are drawn (also the scenario's ``clocks:`` section)."""
 
-    Attributes:
-        drift_ppm: base drift of a host is uniform in +-drift_ppm.
-        offset_ms: a VM's initial offset is uniform in +-offset_ms.
-        wander_ppm: bound of the wander (sum of the amplitudes of 3 cosines, periods 20-200 s).
-        host_drift_ppm: explicit base drift of named hosts (overrides the draw).
-    """
+    model_config = ConfigDict(extra="forbid")
 
-    drift_ppm: float = 50.0
-    offset_ms: float = 10.0
-    wander_ppm: float = 0.2
-    host_drift_ppm: dict[str, float] = field(default_factory=dict)
+    drift_ppm: float = Field(50.0, ge=0, description="a host's base drift is uniform in "
+                                                     "+-drift_ppm, ppm")
+    offset_ms: float = Field(10.0, ge=0, description="a VM's initial offset is uniform in "
+                                                     "+-offset_ms, ms")
+    wander_ppm: float = Field(0.2, ge=0, description="bound of the oscillator wander (sum of "
+                                                     "3 cosines' amplitudes, periods 20-200 s), "
+                                                     "ppm")
+    host_drift_ppm: dict[str, float] = Field(default_factory=dict, description="explicit base "
+                                             "drift of named hosts (overrides the draw), ppm")
 
 
 def _rng(seed: int, name: str) -> np.random.Generator:

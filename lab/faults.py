@@ -1,4 +1,5 @@
-"""Faults injected at run time; each is stamped into the lab's ground-truth timeline.
+"""The mechanisms of the faults injected at run time; each stamps an ``Event`` into the lab's
+ground-truth timeline. The vocabulary (kinds and their parameters) is ``lab.events``.
 
 Links are named by their two end nodes (``"leaf1", "spine1"``); changes apply to both
 directions. Rates are Mbit/s, loss percent, queue limits packets, clock steps ms.
@@ -13,13 +14,12 @@ from typing import TYPE_CHECKING
 
 from lab import tc
 from lab.errors import LabError
+from lab.events import Event, Fault
 
 if TYPE_CHECKING:  # pragma: no cover
     from lab.lab import Lab
 
 HOG = ["sh", "-c", "while :; do :; done"]
-KINDS = ("link_down", "link_up", "flap", "loss", "rate", "queue", "cpu_hog", "pause", "resume",
-         "clock_step", "migrate")
 
 
 class Faults:
@@ -58,21 +58,21 @@ class Faults:
         for intf in self.ends(a, b):
             intf.node.ipr.link("set", index=intf.index, state=state)
 
-    def link_down(self, a: str, b: str) -> dict:
+    def link_down(self, a: str, b: str) -> Event:
         """Take a link down; fabric routes converge around it."""
         self._set_state(a, b, "down")
         self.lab.down_links.add(frozenset((a, b)))
         self.lab.reroute()
         return self.lab.stamp("link_down", f"{a}-{b}")
 
-    def link_up(self, a: str, b: str) -> dict:
+    def link_up(self, a: str, b: str) -> Event:
         """Bring a link back; fabric routes use it again."""
         self._set_state(a, b, "up")
         self.lab.down_links.discard(frozenset((a, b)))
         self.lab.reroute()
         return self.lab.stamp("link_up", f"{a}-{b}")
 
-    def flap(self, a: str, b: str, down_s: float = 1.0, up_s: float = 1.0, count: int = 3) -> dict:
+    def flap(self, a: str, b: str, down_s: float = 1.0, up_s: float = 1.0, count: int = 3) -> Event:
         """Take the link down for ``down_s`` then up for ``up_s``, ``count`` times, in the
         background (each transition is stamped)."""
         self.ends(a, b)
@@ -94,7 +94,7 @@ class Faults:
             intf.shaping = replace(intf.shaping, **change)
             yield intf
 
-    def loss(self, a: str, b: str, percent: float) -> dict:
+    def loss(self, a: str, b: str, percent: float) -> Event:
         """Random loss of ``percent`` % in both directions (0 removes it)."""
         if not 0 <= percent <= 100:
             raise LabError(f"loss must be within [0, 100] %, got {percent}")
@@ -102,7 +102,7 @@ class Faults:
             tc.set_drop(intf.node.netns, intf.name, percent)
         return self.lab.stamp("loss", f"{a}-{b}", percent=percent)
 
-    def rate(self, a: str, b: str, mbit: float) -> dict:
+    def rate(self, a: str, b: str, mbit: float) -> Event:
         """Change the link rate (Mbit/s) of a shaped link."""
         if not mbit > 0:
             raise LabError(f"rate must be > 0 Mbit/s, got {mbit}")
@@ -113,7 +113,7 @@ class Faults:
             tc.set_rate(intf.node.ipr, intf.index, mbit)
         return self.lab.stamp("rate", f"{a}-{b}", mbit=mbit)
 
-    def queue(self, a: str, b: str, packets: int) -> dict:
+    def queue(self, a: str, b: str, packets: int) -> Event:
         """Change the queue limit (packets) of a link."""
         if packets < 1:
             raise LabError(f"queue limit must be >= 1 packet, got {packets}")
@@ -122,7 +122,7 @@ class Faults:
         return self.lab.stamp("queue", f"{a}-{b}", packets=packets)
 
     # -- VMs -------------------------------------------------------------------------------
-    def cpu_hog(self, vm: str, enable: bool = True) -> dict:
+    def cpu_hog(self, vm: str, enable: bool = True) -> Event:
         """Start (or stop) a busy loop inside ``vm``: a noisy neighbour for its host."""
         node = self._vm(vm)
         if enable and vm not in self.hogs:
@@ -141,7 +141,7 @@ class Faults:
             for end in (intf.link.intf1, intf.link.intf2):
                 tc.set_drop(end.node.netns, end.name, percent, tag="pause")
 
-    def pause(self, vm: str) -> dict:
+    def pause(self, vm: str) -> Event:
         """Freeze every process of ``vm`` and silence its network (its kernel no longer
         answers, as a paused VM's would not)."""
         node = self._vm(vm)
@@ -150,55 +150,55 @@ class Faults:
         self.paused.add(vm)
         return self.lab.stamp("pause", vm)
 
-    def resume(self, vm: str) -> dict:
+    def resume(self, vm: str) -> Event:
         node = self._vm(vm)
         self._vm_wire(node, 0)
         self.lab.cgroups.freeze(node.phys, vm, False)
         self.paused.discard(vm)
         return self.lab.stamp("resume", vm)
 
-    def clock_step(self, vm: str, step_ms: float) -> dict:
+    def clock_step(self, vm: str, step_ms: float) -> Event:
         """Step ``vm``'s clock by ``step_ms`` (the VM's processes see it at once)."""
         self._vm(vm)
         now = time.time_ns()
         self.lab.clocks.step(vm, now, step_ms * 1e6)
         return self.lab.stamp("clock_step", vm, step_ms=step_ms, at_ns=now)
 
-    def migrate(self, vm: str, phys: str) -> dict:
-        """Live-migrate ``vm`` to physical host ``phys``: its processes move to that host's
+    def migrate(self, vm: str, to: str) -> Event:
+        """Live-migrate ``vm`` to physical host ``to``: its processes move to that host's
         cgroup and its clock follows that host's oscillator from now on (continuous).
 
         Raises:
             LabError: unknown host, same host, or a paused VM.
         """
         node = self._vm(vm)
-        if phys not in set(self.lab.phys.values()):
+        if to not in set(self.lab.phys.values()):
             hosts = sorted(set(self.lab.phys.values()))
-            raise LabError(f"no physical host {phys!r}; hosts: {hosts}")
-        if phys == node.phys:
-            raise LabError(f"{vm} already runs on {phys}")
+            raise LabError(f"no physical host {to!r}; hosts: {hosts}")
+        old = self.lab.phys[vm]
+        if to == old:
+            raise LabError(f"{vm} already runs on {to}")
         if vm in self.paused:
             raise LabError(f"{vm} is paused; resume it before migrating")
-        old = node.phys
-        self.lab.cgroups.move_vm(vm, old, phys)
+        self.lab.cgroups.move_vm(node.name, old, to)
         now = time.time_ns()
-        self.lab.clocks.migrate(vm, now, phys)
-        node.phys = self.lab.phys[vm] = phys
+        self.lab.clocks.migrate(vm, now, to)
+        self.lab.phys[vm] = to
         self.lab.publish_state()
-        return self.lab.stamp("migrate", vm, src=old, dst=phys, at_ns=now)
+        return self.lab.stamp("migrate", vm, src=old, dst=to, at_ns=now)
 
-    def apply(self, kind: str, **args) -> dict:
-        """Dispatch by name (scenario timelines, the TUI): ``apply("loss", a=.., b=.., percent=5)``.
+    def apply(self, fault: Fault) -> Event:
+        """Apply a typed fault (``lab.events``) through the method of its kind.
 
         Raises:
-            LabError: unknown kind or bad arguments.
+            LabError: the lab refused it (unknown node or link, a state that forbids it).
         """
-        if kind not in KINDS:
-            raise LabError(f"unknown fault {kind!r}; expected one of {KINDS}")
-        try:
-            return getattr(self, kind)(**args)
-        except TypeError as e:
-            raise LabError(f"fault {kind}: {e}") from e
+        args = fault.params()
+        if hasattr(fault, "link"):
+            args["a"], args["b"] = fault.link
+        else:
+            args["vm"] = fault.vm
+        return getattr(self, fault.kind)(**args)
 
     def stop_all(self) -> None:
         """Cancel pending flaps, stop hogs, resume paused VMs (teardown)."""

@@ -1,6 +1,7 @@
 """Fidelity of the emulation: is the machine saturated while a scenario runs?
 
-A background thread samples ``/proc/stat`` (proc(5)) every ``interval_s`` and keeps, per
+A background thread samples the CPU times (psutil, from ``/proc/stat``) every ``interval_s``
+and keeps, per
 interval, the busy fraction of all CPUs (everything but idle and iowait) and the softirq
 fraction (where veth forwarding and qdiscs run), and the busiest core's busy fraction (one
 saturated core limits a single flow even when the machine as a whole is not). When the
@@ -13,17 +14,22 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import psutil
 
 SATURATED_BUSY = 0.90      # an interval is saturated at >= 90 % busy ...
 SATURATED_SHARE = 0.25     # ... and the run is flagged when >= 25 % of intervals are
 
 
+_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+"""The CPU times that add up to a core's time (guest time is counted in user and nice)."""
+
+
 def read_cpu_times() -> np.ndarray:
-    """CPU jiffies from /proc/stat, shape (1 + cores, 8): row 0 is the aggregate, then one row
-    per core; columns user nice system idle iowait irq softirq steal."""
-    with open("/proc/stat") as f:
-        rows = [line.split() for line in f if line.startswith("cpu")]
-    return np.array([[int(x) for x in r[1:9]] for r in rows], dtype=np.int64)
+    """CPU times (s), shape (1 + cores, 8): row 0 is the sum over cores, then one row per
+    core; columns ``_FIELDS`` (psutil.cpu_times, proc(5))."""
+    cores = np.array([[getattr(c, f, 0.0) for f in _FIELDS]
+                      for c in psutil.cpu_times(percpu=True)])
+    return np.vstack([cores.sum(axis=0), cores])
 
 
 class FidelitySampler:
@@ -38,12 +44,21 @@ class FidelitySampler:
         self._thread = threading.Thread(target=self._run, daemon=True, name="nslab-fidelity")
 
     def __enter__(self) -> FidelitySampler:
-        self._thread.start()
+        self.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start sampling in a background thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop sampling (idempotent; also when never started)."""
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
 
     def _run(self) -> None:
         prev = read_cpu_times()

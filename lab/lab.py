@@ -15,6 +15,7 @@ import functools
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 
@@ -26,6 +27,7 @@ from lab.capabilities import probe, require_root
 from lab.cgroups import Cgroups
 from lab.clocks import ClockBook, ClockConfig
 from lab.errors import CapabilityError, LabError
+from lab.events import Event, Fault, Source
 from lab.faults import Faults
 from lab.links import LINK_KEYS, ShapedLink
 from lab.names import check_lab_name, lab_prefix, state_dir
@@ -90,8 +92,12 @@ class Lab:
         self.clocks: ClockBook | None = None
         self.routes: dict = {}
         self.created: list[tuple[str, str]] = []
-        self.timeline: list[dict] = []
+        self.timeline: list[Event] = []
+        self.listeners: list[Callable[[Event], None]] = []
+        """Called with every event as it is stamped (from the stamping thread)."""
+        self._timeline_lock = threading.Lock()
         self.phys: dict[str, str] = {}
+        """VM -> physical host now: the one placement truth (migrations change it)."""
         self.down_links: set[frozenset[str]] = set()
         self.bringup_s = self.teardown_s = None
         self.leftovers: list[str] = []
@@ -118,11 +124,26 @@ class Lab:
         """Seconds since the lab came up (true time)."""
         return (time.time_ns() - self.t0_ns) / 1e9
 
-    def stamp(self, kind: str, target: str, **params) -> dict:
-        """Record an event in the ground-truth timeline."""
-        ev = {"t_s": round(self.now_s(), 6), "true_ns": time.time_ns(), "kind": kind,
-              "target": target, "params": params}
-        self.timeline.append(ev)
+    def stamp(self, kind: str, target: str, **params) -> Event:
+        """Record an event in the ground-truth timeline (thread-safe)."""
+        ev = Event(t_s=round(self.now_s(), 6), true_ns=time.time_ns(), kind=kind,
+                   target=target, params=params)
+        with self._timeline_lock:
+            self.timeline.append(ev)
+        for listener in list(self.listeners):
+            listener(ev)
+        return ev
+
+    def inject(self, fault: Fault, source: Source = "lab") -> Event:
+        """Apply ``fault`` now (its ``at_s`` is not waited for); the event it stamped.
+
+        Raises:
+            LabError: the lab refused it (unknown node or link, a state that forbids it).
+        """
+        if self.net is None:
+            raise LabError(f"lab {self.name} is not running")
+        ev = self.faults.apply(fault)
+        ev.source = source
         return ev
 
     # -- bring-up --------------------------------------------------------------------------
@@ -168,8 +189,6 @@ class Lab:
     def _physical_hosts(self) -> None:
         vms = self.topo.hosts()
         self.phys = {vm: self.topo.nodeInfo(vm).get("phys") or f"phys-{vm}" for vm in vms}
-        for vm, host in self.phys.items():
-            self.topo.nodeInfo(vm)["phys"] = host
         self.cgroups = Cgroups(self.name)
         self.record("cgroup", lab_prefix(self.name))
         self.clocks = ClockBook(self.clock_config, self.seed,

@@ -95,12 +95,16 @@ class LabNode(Node):
 
 class VM(LabNode, Host):
     """An emulated cloud VM: its processes run in its physical host's cgroup and see the VM
-    clock through ``NSLAB_CLOCK``. Metadata: ``phys`` (physical host), ``leaf``."""
+    clock through ``NSLAB_CLOCK``. ``phys``: its physical host now (``Lab.phys``, the one
+    placement truth)."""
 
-    def __init__(self, name: str, lab: Lab, phys: str, **params):
-        self.phys = phys
+    def __init__(self, name: str, lab: Lab, **params):
         self.clock_path = lab.clocks.path(name)
         super().__init__(name, lab=lab, **params)
+
+    @property
+    def phys(self) -> str:
+        return self.lab.phys[self.name]
 
     def _popen(self, cmd, **params):
         """Every process of the VM (its shell, ``popen``) joins the VM's cgroups before exec

@@ -14,9 +14,10 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import psutil
+from pydantic import BaseModel, ConfigDict, Field
 from pyroute2 import netns
 
 from agents.probe import HEADER_LEN, TAG_LEN
@@ -31,16 +32,20 @@ WIRE_OVERHEAD = 14 + 20 + 8
 """Ethernet, IPv4 and UDP header bytes around a probe's payload (as HTB counts them)."""
 
 
-@dataclass
-class AgentConfig:
-    """How the agents run: probe pairs per second per peer, window (s), peers per agent, an
-    optional shared HMAC key (hex), and the VM that hosts the coordinator (None: the first)."""
+class AgentsSpec(BaseModel):
+    """How the agent daemons (``python -m agents``) run: one per VM plus a coordinator (the
+    scenario's ``agents:`` section)."""
 
-    rate: float = 20.0
-    window_s: float = 2.0
-    max_peers: int = 16
-    key: str | None = None
-    coordinator_vm: str | None = None
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    rate: float = Field(20.0, gt=0, le=1000, description="coded probe pairs per second per peer")
+    window_s: float = Field(2.0, gt=0, description="estimation window, s")
+    max_peers: int = Field(16, gt=0, description="peers per agent (Huygens: 10-20)")
+    key: str | None = Field(None, pattern=r"^[0-9a-fA-F]{16,128}$",
+                            description="shared HMAC key (hex) for authenticated probes")
+    coordinator: str | None = Field(None, description="VM running the coordinator (default: "
+                                                      "the first VM)")
 
 
 def ns_http_get(ns: str, host: str, port: int, path: str, timeout: float = 3.0) -> dict:
@@ -70,7 +75,7 @@ def ns_http_get(ns: str, host: str, port: int, path: str, timeout: float = 3.0) 
 class AgentMesh:
     """The agent daemons of a running lab (``start``, ``state``, ``stop``)."""
 
-    def __init__(self, lab: Lab, cfg: AgentConfig):
+    def __init__(self, lab: Lab, cfg: AgentsSpec):
         self.lab, self.cfg = lab, cfg
         self.procs: dict[str, subprocess.Popen] = {}
         self.coordinator = None
@@ -88,7 +93,7 @@ class AgentMesh:
         """Start the coordinator, then one agent per VM (all peers listed; each agent picks
         ``max_peers`` of them)."""
         vms = self.lab.vms
-        name = self.cfg.coordinator_vm or vms[0].name
+        name = self.cfg.coordinator or vms[0].name
         self.coordinator = self.lab[name]
         cip = self.coordinator.IP()
         self._spawn(self.coordinator, "coordinator",
@@ -134,19 +139,16 @@ class AgentMesh:
     def usage(self) -> dict[str, tuple[float, float]]:
         """``(cpu_s, rss_mb)`` of every running daemon, by key (``coordinator``,
         ``agent-<vm>``): CPU time so far (user + system, s) and resident memory now (MiB),
-        from ``/proc/PID/stat`` and ``/proc/PID/statm`` (proc(5))."""
-        tick, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
+        from psutil."""
         out = {}
         for key, p in self.procs.items():
             try:
-                with open(f"/proc/{p.pid}/stat") as f:
-                    fields = f.read().rpartition(")")[2].split()
-                with open(f"/proc/{p.pid}/statm") as f:
-                    rss_pages = int(f.read().split()[1])
-            except OSError:
+                proc = psutil.Process(p.pid)
+                with proc.oneshot():
+                    cpu, rss = proc.cpu_times(), proc.memory_info().rss
+            except psutil.Error:
                 continue
-            out[key] = ((int(fields[11]) + int(fields[12])) / tick,  # utime + stime
-                        rss_pages * page / 2**20)
+            out[key] = (cpu.user + cpu.system, rss / 2**20)
         return out
 
     def cost(self, state: dict | None) -> dict:

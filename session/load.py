@@ -10,27 +10,33 @@ import json
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+BASE_PORT = 5201
+"""iperf3's port of the first flow; flow i without a ``port`` uses BASE_PORT + i."""
 
 
-@dataclass
-class Flow:
-    """One iperf3 flow: ``bw`` (Mbit/s; None = as fast as TCP goes), ``udp``, ``parallel``
-    streams, ``port`` (each concurrent flow needs its own)."""
+class Flow(BaseModel):
+    """One iperf3 flow from VM ``src`` to VM ``dst`` (also a scenario's ``load:`` entry)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     src: str
     dst: str
-    at_s: float
-    duration_s: float
-    bw: float | None = None
+    at_s: float = Field(0.0, ge=0, description="start, s after bring-up")
+    duration_s: float = Field(5.0, gt=0, description="s")
+    bw: float | None = Field(None, gt=0, description="Mbit/s (TCP: a cap; UDP: the rate, "
+                                                     "default 100)")
     udp: bool = False
-    parallel: int = 1
-    port: int = 5201
+    parallel: int = Field(1, gt=0, le=128, description="parallel streams (-P)")
+    port: int | None = Field(None, gt=0, lt=65536, description="iperf3 port (default: "
+                             f"{BASE_PORT} + the flow's index; concurrent flows need their own)")
 
 
-def client_argv(flow: Flow, dst_ip: str) -> list[str]:
+def client_argv(flow: Flow, dst_ip: str, port: int) -> list[str]:
     """The iperf3 client command line of ``flow``."""
-    argv = ["iperf3", "-c", dst_ip, "-p", str(flow.port), "-t", str(flow.duration_s), "-J",
+    argv = ["iperf3", "-c", dst_ip, "-p", str(port), "-t", str(flow.duration_s), "-J",
             "-P", str(flow.parallel)]
     if flow.udp:
         argv += ["-u", "-b", f"{flow.bw or 100}M"]
@@ -64,24 +70,25 @@ class LoadRunner:
         self._lock = threading.Lock()
 
     def start(self) -> None:
-        for flow in self.flows:
-            t = threading.Thread(target=self._run, args=(flow,), daemon=True,
+        for i, flow in enumerate(self.flows):
+            t = threading.Thread(target=self._run, args=(flow, flow.port or BASE_PORT + i),
+                                 daemon=True,
                                  name=f"nslab-iperf3-{flow.src}-{flow.dst}")
             self._threads.append(t)
             t.start()
 
-    def _run(self, flow: Flow) -> None:
+    def _run(self, flow: Flow, port: int) -> None:
         wait = flow.at_s - self.lab.now_s()
         if wait > 0:
             time.sleep(wait)
         src, dst = self.lab[flow.src], self.lab[flow.dst]
         self.lab.stamp("load", f"{flow.src}->{flow.dst}", duration_s=flow.duration_s,
                        mbit=flow.bw, udp=flow.udp)
-        server = dst.popen(["iperf3", "-s", "-1", "-p", str(flow.port)])
+        server = dst.popen(["iperf3", "-s", "-1", "-p", str(port)])
         try:
             doc = {"error": "iperf3 server did not start"}
             for _ in range(20):  # until the server listens
-                client = src.popen(client_argv(flow, dst.IP()))
+                client = src.popen(client_argv(flow, dst.IP(), port))
                 try:
                     out, _ = client.communicate(timeout=flow.duration_s + 15)
                 except subprocess.TimeoutExpired:

@@ -15,9 +15,12 @@ import yaml
 from mininet.topo import Topo
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from lab.clocks import ClockConfig
 from lab.errors import ScenarioError
-from lab.faults import KINDS
+from lab.events import FAULT_TYPES, Fault
 from lab.tc import LinkParams
+from session.daemons import AgentsSpec
+from session.load import Flow
 from topo.leafspine import LeafSpine
 from topo.placement import STRATEGIES
 
@@ -88,72 +91,6 @@ class HostsSpec(HostCpuSpec):
     overrides: dict[str, HostCpuSpec] = Field(default_factory=dict)
 
 
-class ClocksSpec(_Strict):
-    drift_ppm: float = Field(50.0, ge=0, description="base drift uniform in +-drift_ppm")
-    offset_ms: float = Field(10.0, ge=0, description="initial offset uniform in +-offset_ms")
-    wander_ppm: float = Field(0.2, ge=0, description="bound of the oscillator wander, ppm")
-    host_drift_ppm: dict[str, float] = Field(default_factory=dict,
-                                             description="explicit base drift per host")
-
-
-_ARGS = {"link_down": {"link"}, "link_up": {"link"}, "flap": {"link"}, "loss": {"link", "percent"},
-         "rate": {"link", "mbit"}, "queue": {"link", "packets"}, "cpu_hog": {"vm"},
-         "pause": {"vm"}, "resume": {"vm"}, "clock_step": {"vm", "step_ms"},
-         "migrate": {"vm", "to"}}
-
-
-class FaultSpec(_Strict):
-    """One timeline entry: at ``at_s`` seconds after bring-up, inject ``kind``."""
-
-    at_s: float = Field(ge=0)
-    kind: Literal[KINDS]  # type: ignore[valid-type]
-    link: tuple[str, str] | None = None
-    vm: str | None = None
-    percent: float | None = Field(None, ge=0, le=100)
-    mbit: float | None = Field(None, gt=0)
-    packets: int | None = Field(None, gt=0)
-    enable: bool = Field(True, description="cpu_hog: start (true) or stop (false)")
-    step_ms: float | None = None
-    to: str | None = Field(None, description="migrate: destination physical host")
-    down_s: float = Field(1.0, gt=0)
-    up_s: float = Field(1.0, gt=0)
-    count: int = Field(3, gt=0)
-
-    @model_validator(mode="after")
-    def _needs(self):
-        missing = [f for f in sorted(_ARGS[self.kind]) if getattr(self, f) is None]
-        if missing:
-            raise ValueError(f"fault {self.kind} needs {', '.join(missing)}")
-        return self
-
-    def call_args(self) -> dict:
-        """Keyword arguments of ``Faults.<kind>``."""
-        args: dict = {}
-        if self.link:
-            args["a"], args["b"] = self.link
-        if self.vm:
-            args["vm"] = self.vm
-        extra = {"loss": ("percent",), "rate": ("mbit",), "queue": ("packets",),
-                 "cpu_hog": ("enable",), "clock_step": ("step_ms",), "migrate": (),
-                 "flap": ("down_s", "up_s", "count")}.get(self.kind, ())
-        args.update({k: getattr(self, k) for k in extra})
-        if self.kind == "migrate":
-            args["phys"] = self.to
-        return args
-
-
-class LoadSpec(_Strict):
-    """Background iperf3 load from VM ``src`` to VM ``dst``."""
-
-    src: str
-    dst: str
-    at_s: float = Field(0.0, ge=0)
-    duration_s: float = Field(5.0, gt=0)
-    bw: float | None = Field(None, gt=0, description="Mbit/s (TCP: a cap; UDP: the rate)")
-    udp: bool = False
-    parallel: int = Field(1, gt=0, le=128, description="parallel streams (-P)")
-
-
 class JobSpec(_Strict):
     """A collective job run after the fault timeline (jobs run one after another)."""
 
@@ -185,19 +122,6 @@ class JobSpec(_Strict):
         return self
 
 
-class AgentsSpec(_Strict):
-    """The agent daemons (``python -m agents``): one per VM plus a coordinator."""
-
-    enabled: bool = False
-    rate: float = Field(20.0, gt=0, le=1000, description="coded probe pairs per second per peer")
-    window_s: float = Field(2.0, gt=0, description="estimation window, s")
-    max_peers: int = Field(16, gt=0, description="peers per agent (Huygens: 10-20)")
-    key: str | None = Field(None, pattern=r"^[0-9a-fA-F]{16,128}$",
-                            description="shared HMAC key (hex) for authenticated probes")
-    coordinator: str | None = Field(None, description="VM running the coordinator (default: "
-                                                      "the first VM)")
-
-
 class Scenario(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_]{0,15}$", description="also the lab name")
     description: str = ""
@@ -206,10 +130,11 @@ class Scenario(_Strict):
     topology: TopologySpec = TopologySpec()
     placement: PlacementSpec = PlacementSpec()
     hosts: HostsSpec = HostsSpec()
-    clocks: ClocksSpec = ClocksSpec()
-    faults: list[FaultSpec] = Field(default_factory=list)
+    clocks: ClockConfig = ClockConfig()
+    faults: list[Fault] = Field(default_factory=list, description="the fault timeline: each "
+                                "entry is injected at its at_s")
     agents: AgentsSpec = AgentsSpec()
-    load: list[LoadSpec] = Field(default_factory=list)
+    load: list[Flow] = Field(default_factory=list, description="background iperf3 flows")
     jobs: list[JobSpec] = Field(default_factory=list)
 
 
@@ -266,6 +191,8 @@ def load(name_or_path: str | None) -> tuple[Scenario, Topo]:
 def _path(loc) -> str:
     out = ""
     for part in loc:
+        if part in FAULT_TYPES:  # the union's tag: faults[0].link_down.link -> faults[0].link
+            continue
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
@@ -326,20 +253,23 @@ def _cross_check(sc: Scenario, topo: Topo) -> list[tuple[str, str]]:
     hosts = {topo.nodeInfo(vm).get("phys") for vm in vms}
     links = {frozenset((a, b)) for a, b in topo.links()}
     for i, f in enumerate(sc.faults):
-        if f.vm is not None and f.vm not in vms:
-            errors.append((f"faults[{i}].vm", f"no VM {f.vm!r} in the topology"))
-        if f.link is not None:
-            bad = [n for n in f.link if n not in nodes]
+        if f.at_s > sc.duration_s:
+            errors.append((f"faults[{i}].at_s", f"{f.at_s} s is after the scenario ends "
+                                                 f"(duration_s {sc.duration_s})"))
+        vm, link = getattr(f, "vm", None), getattr(f, "link", None)
+        if vm is not None and vm not in vms:
+            errors.append((f"faults[{i}].vm", f"no VM {vm!r} in the topology"))
+        if link is not None:
+            bad = [n for n in link if n not in nodes]
             if bad:
                 errors.append((f"faults[{i}].link", f"no node {bad[0]!r} in the topology"))
-            elif frozenset(f.link) not in links:
-                errors.append((f"faults[{i}].link", f"no link between {f.link[0]} and {f.link[1]}"))
+            elif frozenset(link) not in links:
+                errors.append((f"faults[{i}].link", f"no link between {link[0]} and {link[1]}"))
+            elif f.kind == "rate" and "bw" not in _link_info(topo, *link):
+                errors.append((f"faults[{i}].link", "rate change on a link without a bw"))
         if f.kind == "migrate" and f.to not in hosts:
             errors.append((f"faults[{i}].to", f"no physical host {f.to!r}; hosts are "
                                                f"{', '.join(sorted(hosts))}"))
-        if f.kind == "rate" and f.link and frozenset(f.link) in links:
-            if "bw" not in _link_info(topo, *f.link):
-                errors.append((f"faults[{i}].link", "rate change on a link without a bw"))
     for i, flow in enumerate(sc.load):
         for end in ("src", "dst"):
             if getattr(flow, end) not in vms:

@@ -53,8 +53,9 @@ def sync_section(history: list[dict], clocks: dict[str, ClockSpec], reference: s
     """The results' ``sync`` section.
 
     Args:
-        history: the coordinator's ``history`` entries (``t_ns``, ``vms`` with ``offset_ns``,
-            ``drift_ppm``, ``ntp_offset_ns``, ``ntp_drift_ppm``).
+        history: the coordinator state's ``history`` entries (``t_ns``, ``vms`` with
+            ``offset_ns``, ``drift_ppm``, ``ntp_offset_ns``, ``ntp_drift_ppm``;
+            ``agents.messages``).
         clocks: every VM's clock segments (truth).
         reference: the coordinator's reference VM.
         start_true_ns: when the agents started (true time), for ``converged_s``.
@@ -75,18 +76,18 @@ def sync_section(history: list[dict], clocks: dict[str, ClockSpec], reference: s
     """
     per_window = []
     for entry in history:
-        truth = truth_at(clocks, reference, int(entry["t_ns"]))
-        t_true = true_time(clocks[reference], int(entry["t_ns"]))
-        errs = {"off": [], "drift": [], "ntp_off": [], "ntp_drift": []}
-        for vm, est in entry["vms"].items():
-            if vm == reference or vm not in truth or est.get("offset_ns") is None:
+        truth = truth_at(clocks, reference, entry.t_ns)
+        t_true = true_time(clocks[reference], entry.t_ns)
+        errs: dict[str, list[float]] = {"off": [], "drift": [], "ntp_off": [], "ntp_drift": []}
+        for vm, est in entry.vms.items():
+            if vm == reference or vm not in truth or est.offset_ns is None:
                 continue
             off, drift = truth[vm]
-            errs["off"].append((est["offset_ns"] - off) / 1e3)
-            errs["drift"].append(est["drift_ppm"] - drift)
-            if est.get("ntp_offset_ns") is not None:
-                errs["ntp_off"].append((est["ntp_offset_ns"] - off) / 1e3)
-                errs["ntp_drift"].append(est["ntp_drift_ppm"] - drift)
+            errs["off"].append((est.offset_ns - off) / 1e3)
+            errs["drift"].append(est.drift_ppm - drift)
+            if est.ntp_offset_ns is not None:
+                errs["ntp_off"].append((est.ntp_offset_ns - off) / 1e3)
+                errs["ntp_drift"].append(est.ntp_drift_ppm - drift)
         per_window.append((t_true, errs))
     scored = per_window[skip_windows:]
     final = scored[:len(scored) - provisional_windows]
@@ -114,14 +115,45 @@ def truth_groups(phys: dict[str, str]) -> list[list[str]]:
     return sorted(sorted(g) for g in groups.values())
 
 
-def collocation_section(groups: list[dict], phys: dict[str, str],
+def collocation_section(groups: list, phys: dict[str, str],
                         detected_after_s: float | None) -> dict:
-    """The results' ``collocation`` section: the agents' groups against the truth."""
-    found = sorted(sorted(g["members"]) for g in groups)
+    """The results' ``collocation`` section: the agents' groups (``members``,
+    ``confidence``) against the truth."""
+    found = sorted(sorted(g.members) for g in groups)
     truth = truth_groups(phys)
     precision, recall = precision_recall(found, truth)
-    return {"groups": [{"members": sorted(g["members"]),
-                        "confidence": round(float(g["confidence"]), 3)}
-                       for g in sorted(groups, key=lambda g: sorted(g["members"]))],
+    return {"groups": [{"members": sorted(g.members),
+                        "confidence": round(float(g.confidence or 0.0), 3)}
+                       for g in sorted(groups, key=lambda g: sorted(g.members))],
             "truth_groups": truth, "precision": round(precision, 3),
             "recall": round(recall, 3), "detected_after_s": detected_after_s}
+
+
+def agent_sections(lab, mesh, watcher, cost: dict) -> dict:
+    """``agents`` (their ``cost``), and ``sync``, ``owd_us`` and ``collocation`` scored
+    against the truth, from the coordinator's latest state."""
+    state = watcher.latest
+    if state is None:
+        return {"agents": {**cost, "error": "the coordinator never answered"}}
+    return {
+        "agents": cost,
+        "sync": sync_section(state.history, lab.clocks.specs, state.reference,
+                             mesh.started_ns, window_s=state.window_s,
+                             provisional_windows=state.drift_windows // 2),
+        "owd_us": {"pairs": {k: v.model_dump() for k, v in state.owd_us.items()},
+                   "asymmetry_us": dict(state.asymmetry_us)},
+        "collocation": collocation_section(state.collocation.groups, lab.phys,
+                                           watcher.detected_after_s),
+    }
+
+
+def placement_comparison(entries: list[dict]) -> dict | None:
+    """Naive vs collocation-aware completion of the same collective, when both ran."""
+    by = {e.get("placement", {}).get("policy"): e for e in entries if e.get("completion_s")}
+    naive, aware = by.get("naive"), by.get("collocation_aware")
+    if not naive or not aware:
+        return None
+    return {"naive_s": naive["completion_s"], "aware_s": aware["completion_s"],
+            "ratio": round(aware["completion_s"] / naive["completion_s"], 3),
+            "aware_avoided_shared_hosts": aware["placement"]["shared_host_ranks"] == 0,
+            "naive_shared_host_ranks": naive["placement"]["shared_host_ranks"]}

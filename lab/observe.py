@@ -1,0 +1,106 @@
+"""What a running lab can tell about itself now: its links' counters and state, its VMs' host,
+CPU and clock (truth). Read through netlink and cgroups; the TUI and the session poll these
+instead of reaching into Mininet objects.
+
+Call these on one thread per lab (the session's lab thread): the nodes' pyroute2 sockets are
+opened per thread.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lab import tc
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lab.lab import Lab
+
+TIERS = {"vm": 0, "leaf": 1, "spine": 2, "superspine": 3}
+"""Tier of a node by its role: VMs 0 up to super-spines 3 (other switches count as leaves)."""
+
+
+@dataclass(frozen=True)
+class LinkState:
+    """A link between nodes ``a`` and ``b`` (``a`` the lower tier), now.
+
+    ``tx_bytes``: bytes sent by ``a``'s end and by ``b``'s end since bring-up; ``drops``:
+    packets dropped on both ends (qdiscs and interfaces); ``bw_mbit``: the rate, Mbit/s
+    (None: unshaped); ``loss_percent``: injected loss; ``max_queue_size``: packets.
+    """
+
+    a: str
+    b: str
+    up: bool
+    bw_mbit: float | None
+    loss_percent: float
+    max_queue_size: int | None
+    tx_bytes: tuple[int, int]
+    drops: int
+
+
+@dataclass(frozen=True)
+class VmState:
+    """A VM now: its physical host and leaf, whether it is paused or runs a CPU hog, the CPU
+    time its processes used (ns, cgroup), and its clock's truth: ``offset_ns`` = t_v - t and
+    ``drift_ppm`` (the frequency error of its host's oscillator)."""
+
+    name: str
+    phys: str
+    leaf: str
+    paused: bool
+    hog: bool
+    cpu_ns: int | None
+    offset_ns: float
+    drift_ppm: float
+
+
+def tier(lab: Lab, node: str) -> int:
+    """The tier of ``node`` (``TIERS``; hosts are VMs)."""
+    role = lab.topo.nodeInfo(node).get("role") or ("leaf" if lab.topo.isSwitch(node) else "vm")
+    return TIERS.get(role, TIERS["leaf"])
+
+
+def _intf_counters(intf) -> tuple[int, int]:
+    """(tx bytes, drops) of one interface: its link counters plus its root qdisc's drops."""
+    ipr = intf.node.ipr
+    link = ipr.get_links(intf.index)[0]
+    st = link.get_attr("IFLA_STATS64") or {}
+    drops = st.get("tx_dropped", 0) + st.get("rx_dropped", 0)
+    return st.get("tx_bytes", 0), drops + tc.qdisc_stats(ipr, intf.index)["drops"]
+
+
+def link_states(lab: Lab) -> list[LinkState]:
+    """Every link of the topology, in topology order."""
+    out = []
+    for a, b in lab.topo.links():
+        if tier(lab, b) < tier(lab, a):
+            a, b = b, a
+        intf_a, intf_b = lab.faults.ends(a, b)
+        if intf_a.node.name != a:
+            intf_a, intf_b = intf_b, intf_a
+        (tx_a, drops_a), (tx_b, drops_b) = _intf_counters(intf_a), _intf_counters(intf_b)
+        shaping = intf_a.shaping
+        out.append(LinkState(a=a, b=b, up=frozenset((a, b)) not in lab.down_links,
+                             bw_mbit=shaping.bw, loss_percent=shaping.loss or 0.0,
+                             max_queue_size=shaping.max_queue_size, tx_bytes=(tx_a, tx_b),
+                             drops=drops_a + drops_b))
+    return out
+
+
+def vm_states(lab: Lab) -> list[VmState]:
+    """Every VM, in natural name order (vm2 before vm10)."""
+    now_ns = time.time_ns()
+    out = []
+    for vm in sorted(lab.phys, key=lambda v: (len(v), v)):
+        phys = lab.phys[vm]
+        try:
+            cpu = lab.cgroups.cpu_usage_ns(phys, vm)
+        except OSError:
+            cpu = None
+        spec = lab.clocks.specs[vm]
+        out.append(VmState(name=vm, phys=phys, leaf=lab.topo.nodeInfo(vm).get("leaf", ""),
+                           paused=vm in lab.faults.paused, hog=vm in lab.faults.hogs,
+                           cpu_ns=cpu, offset_ns=spec.offset_at(now_ns),
+                           drift_ppm=spec.frequency_ppm(now_ns)))
+    return out
