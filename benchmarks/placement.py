@@ -13,8 +13,8 @@ import statistics
 
 from mininet.log import setLogLevel
 
-from session import runner
 from session.scenario import load, resolve
+from session.session import Session
 
 
 def main() -> None:
@@ -30,7 +30,7 @@ def main() -> None:
     for seed in (int(s) for s in args.seeds.split(",")):
         sc, topo = load(args.scenario)
         sc = sc.model_copy(update={"seed": seed})
-        doc = runner.run(sc, topo, str(resolve(args.scenario)))
+        doc = Session(sc, topo, str(resolve(args.scenario))).run()
         cmp_ = doc.get("placement_comparison") or {}
         col, sync = doc.get("collocation", {}), doc.get("sync", {})
         ntp = sync.get("baseline_ntp", {})

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli import clean, doctor, exec_, run, tui, up
+from cli import clean, doctor, exec_, run, schema, tui, up
 from lab.errors import LabError, NotRootError
 
-COMMANDS = (run, up, exec_, doctor, clean, tui)
+COMMANDS = (run, up, exec_, doctor, clean, schema, tui)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 
 from pyroute2 import IPRoute, netns
-from pyroute2.netlink.exceptions import NetlinkError
 
 
 def ns_iproute(name: str) -> IPRoute:
@@ -35,21 +34,3 @@ def remove_netns(name: str) -> bool:
             return False
         raise
     return True
-
-
-def ifindex(ipr: IPRoute, ifname: str) -> int:
-    """Index of interface ``ifname``.
-
-    Raises:
-        LookupError: no such interface in that namespace.
-    """
-    found = ipr.link_lookup(ifname=ifname)
-    if not found:
-        raise LookupError(f"no interface {ifname}")
-    return found[0]
-
-
-def ignore_missing(exc: NetlinkError) -> None:
-    """Re-raise ``exc`` unless it says the object is already gone (ENOENT, ENODEV, ESRCH)."""
-    if exc.code not in (errno.ENOENT, errno.ENODEV, errno.ESRCH):
-        raise exc

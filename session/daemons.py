@@ -20,6 +20,7 @@ import psutil
 from pydantic import BaseModel, ConfigDict, Field
 from pyroute2 import netns
 
+from agents.messages import CoordinatorState
 from agents.probe import HEADER_LEN, TAG_LEN
 from lab.errors import LabError
 from lab.names import state_dir
@@ -128,11 +129,13 @@ class AgentMesh:
                                    f"{os.path.join(self.logdir, 'coordinator.log')}") from None
                 time.sleep(0.2)
 
-    def state(self) -> dict | None:
-        """The coordinator's ``/api/v1/state`` document, or None if it does not answer."""
+    def state(self) -> CoordinatorState | None:
+        """The coordinator's ``/api/v1/state``, or None if it does not answer (or answers
+        something that is not that document)."""
         try:
-            return ns_http_get(self.coordinator.netns, self.coordinator.IP(), HTTP_PORT,
-                               "/api/v1/state")
+            doc = ns_http_get(self.coordinator.netns, self.coordinator.IP(), HTTP_PORT,
+                              "/api/v1/state")
+            return CoordinatorState.model_validate(doc)
         except (OSError, ValueError):
             return None
 
@@ -151,7 +154,7 @@ class AgentMesh:
             out[key] = (cpu.user + cpu.system, rss / 2**20)
         return out
 
-    def cost(self, state: dict | None) -> dict:
+    def cost(self, state: CoordinatorState | None) -> dict:
         """What the agents cost while they ran: the results' ``agents`` section.
 
         Returns:
@@ -166,7 +169,7 @@ class AgentMesh:
         agents = sorted(v[0] / run_s for k, v in use.items() if k.startswith("agent-"))
         rss = sorted(v[1] for k, v in use.items() if k.startswith("agent-"))
         size = HEADER_LEN + (TAG_LEN if self.cfg.key else 0) + WIRE_OVERHEAD
-        tx = sorted(v.get("probes_tx") or 0 for v in (state or {}).get("vms", {}).values())
+        tx = sorted(v.probes_tx for v in state.vms.values()) if state else []
         bits = [n * size * 8 / run_s for n in tx]
 
         def p50_max(xs: list[float], digits: int) -> dict:

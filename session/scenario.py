@@ -23,6 +23,7 @@ from session.daemons import AgentsSpec
 from session.load import Flow
 from topo.leafspine import LeafSpine
 from topo.placement import STRATEGIES
+from workloads.config import JobConfig
 
 BUILTIN_DIR = Path(__file__).parent / "scenarios"
 DEFAULT = "quickstart"
@@ -91,35 +92,28 @@ class HostsSpec(HostCpuSpec):
     overrides: dict[str, HostCpuSpec] = Field(default_factory=dict)
 
 
-class JobSpec(_Strict):
-    """A collective job run after the fault timeline (jobs run one after another)."""
+class JobSpec(JobConfig):
+    """A job of the scenario: its ``JobConfig`` (what it runs) plus its name, rank count and
+    placement. Jobs run one after another after the fault timeline."""
 
     name: str
-    collective: str = Field("all_reduce", description="NCCL name (all_reduce, broadcast, "
-                            "reduce, all_gather, reduce_scatter, gather, scatter, all_to_all) "
-                            "or ddp (PyTorch DDP training, gloo)")
     ranks: int = Field(4, ge=1)
-    bytes: int = Field(1 << 20, gt=0, description="nccl-tests size, bytes")
-    dtype: str = "float32"
-    iterations: int = Field(10, gt=0)
-    warmup: int = Field(1, ge=0)
-    compute_units: int = Field(0, ge=0, description="matrix products between iterations")
-    conns_per_peer: int = Field(1, gt=0)
-    timeout_s: float = Field(60.0, gt=0)
     placement: str | list[str] = Field("naive", description="naive, collocation_aware (from "
-                                       "the agents' groups) or a list of VMs")
+                                       "the agents' groups) or a list of VMs, one per rank")
 
     @model_validator(mode="after")
     def _policy(self):
-        from workloads.collectives import collective_name
-        if self.collective != "ddp":
-            collective_name(self.collective)  # ValueError names the known ones
         if isinstance(self.placement, str) and self.placement not in ("naive",
                                                                       "collocation_aware"):
             raise ValueError("placement must be naive, collocation_aware or a list of VMs")
         if isinstance(self.placement, list) and len(self.placement) != self.ranks:
             raise ValueError(f"placement lists {len(self.placement)} VMs for {self.ranks} ranks")
         return self
+
+    def config(self) -> JobConfig:
+        """What the job runs, without the scenario's name, ranks and placement."""
+        return JobConfig.model_validate(self.model_dump(include=set(JobConfig.model_fields),
+                                                        exclude_unset=True))
 
 
 class Scenario(_Strict):

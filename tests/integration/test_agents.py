@@ -21,9 +21,9 @@ from pyroute2 import netns
 from scapy.packet import fuzz
 
 from agents.probe import NslabProbe, node_id
-from session import scoring
-from session.daemons import AGENT_PORT, AgentConfig, AgentMesh
 from lab.lab import lab_netns
+from session import scoring
+from session.daemons import AGENT_PORT, AgentMesh, AgentsSpec
 from topo import LeafSpine
 
 NSLAB = [sys.executable, "-m", "cli.main"]
@@ -81,7 +81,7 @@ def send_from(vm, dst: tuple[str, int], datagrams: list[bytes]) -> None:
             s.sendto(d, dst)
 
 
-def wait_for(mesh, cond, timeout_s: float, what: str) -> dict:
+def wait_for(mesh, cond, timeout_s: float, what: str):
     deadline = time.monotonic() + timeout_s
     st = None
     while time.monotonic() < deadline:
@@ -92,23 +92,23 @@ def wait_for(mesh, cond, timeout_s: float, what: str) -> dict:
             return st
         time.sleep(0.5)
     pytest.fail(f"timed out after {timeout_s} s waiting for {what}; last state: "
-                f"{json.dumps(st and {k: st[k] for k in ('windows', 'collocation', 'counters')})}")
+                f"{st and st.model_dump_json(include={'windows', 'collocation', 'counters'})}")
 
 
 def test_agents_survive_fuzz_pause_and_link_failure(make_lab):
     topo = LeafSpine(spines=2, leaves=2, vms_per_leaf=2, host_bw=100, vms_per_host=2)
     lab = make_lab(topo, "it_agents", seed=5, cpu_cores=1.0)
-    mesh = AgentMesh(lab, AgentConfig(rate=20, window_s=2.0))
+    mesh = AgentMesh(lab, AgentsSpec(enabled=True, rate=20, window_s=2.0))
     mesh.start()
     try:
         truth = scoring.truth_groups(lab.phys)
 
         def groups(st):
-            return sorted(sorted(g["members"]) for g in st["collocation"]["groups"])
+            return sorted(sorted(g.members) for g in st.collocation.groups)
 
-        st = wait_for(mesh, lambda s: s["windows"] >= 3 and groups(s) == truth, 40,
+        st = wait_for(mesh, lambda s: s.windows >= 3 and groups(s) == truth, 40,
                       "3 windows and the true collocation groups")
-        sync = scoring.sync_section(st["history"], lab.clocks.specs, st["reference"],
+        sync = scoring.sync_section(st.history, lab.clocks.specs, st.reference,
                                     mesh.started_ns)
         assert sync["offset_error_us"]["p99"] < 20.0, sync
         assert sync["drift_error_ppm"]["p99"] < 1.0, sync
@@ -116,7 +116,7 @@ def test_agents_survive_fuzz_pause_and_link_failure(make_lab):
         # fuzzed, truncated and random datagrams from vm4 to vm1's agent
         fuzzed = [bytes(fuzz(NslabProbe(src=node_id("vm4"), dst=node_id("vm1"))))
                   for _ in range(100)] + [os.urandom(n) for n in range(40)]
-        before = sum(st["vms"]["vm1"]["rejects"].values())
+        before = sum(st.vms["vm1"].rejects.values())
         send_from(lab["vm4"], (lab["vm1"].IP(), AGENT_PORT), fuzzed)
 
         # vm3 paused for 5 s, a spine link down for 4 s
@@ -126,15 +126,15 @@ def test_agents_survive_fuzz_pause_and_link_failure(make_lab):
         lab.faults.link_up("leaf1", "spine1")
         time.sleep(1)
         lab.faults.resume("vm3")
-        t_ref = st["t_ns"]
-        st = wait_for(mesh, lambda s: s["t_ns"] > t_ref + 14e9
-                      and "vm3" in s["history"][-1]["vms"]
-                      and sum(s["vms"]["vm1"]["rejects"].values()) >= before + len(fuzzed) - 3,
+        t_ref = st.t_ns
+        st = wait_for(mesh, lambda s: s.t_ns > t_ref + 14e9
+                      and "vm3" in s.history[-1].vms
+                      and sum(s.vms["vm1"].rejects.values()) >= before + len(fuzzed) - 3,
                       40, "vm3 back in a window and the fuzz counted")
         assert all(p.poll() is None for p in mesh.procs.values())
-        rejected = sum(st["vms"]["vm1"]["rejects"].values()) - before
-        assert rejected >= len(fuzzed) - 3, st["vms"]["vm1"]["rejects"]  # a fuzz may pass
-        last = scoring.sync_section(st["history"][-2:], lab.clocks.specs, st["reference"],
+        rejected = sum(st.vms["vm1"].rejects.values()) - before
+        assert rejected >= len(fuzzed) - 3, st.vms["vm1"].rejects  # a fuzz may pass
+        last = scoring.sync_section(st.history[-2:], lab.clocks.specs, st.reference,
                                     mesh.started_ns, skip_windows=0)
         assert last["offset_error_us"]["max"] < 20.0, last
         assert groups(st) == truth

@@ -24,7 +24,7 @@ def test_rate_is_enforced_and_changes_at_run_time(make_lab):
     lab.faults.rate("vm1", "leaf1", 50)
     rate = mbit(iperf3(vm1, vm2, "-t", "3", "-O", "1"))
     assert 0.85 * 50 <= rate <= 1.05 * 50, rate
-    assert lab.timeline[-1]["kind"] == "rate"
+    assert lab.timeline[-1].kind == "rate"
 
 
 def test_queue_limit_drops_under_overload(make_lab):
@@ -106,6 +106,6 @@ def test_flap_takes_the_link_down_and_up_repeatedly(make_lab):
     time.sleep(0.1)
     assert "100% packet loss" in lab["vm1"].cmd("ping -c1 -W1 10.2.1.2")
     time.sleep(1.3)
-    kinds = [e["kind"] for e in lab.timeline]
+    kinds = [e.kind for e in lab.timeline]
     assert kinds == ["flap", "link_down", "link_up", "link_down", "link_up"]
     assert " 0% packet loss" in lab["vm1"].cmd("ping -c1 -W1 10.2.1.2")

@@ -2,6 +2,7 @@
 see it in the fabric view, the kernel and the log, quit, and find nothing left."""
 import asyncio
 import subprocess
+import time
 
 import pytest
 
@@ -58,8 +59,8 @@ def test_tui_takes_a_link_down_and_quits_clean(tmp_path):
             assert "DOWN" in fabric.render().plain and "X" in fabric.render().plain
             assert any("tui      link_down leaf1-spine1" in e
                        for e in app.query_one(EventLog).entries)
-            assert any(e["kind"] == "link_down" and e["target"] == "leaf1-spine1"
-                       for e in backend.lab.timeline)  # stamped in the truth
+            assert any(e.kind == "link_down" and e.target == "leaf1-spine1"
+                       and e.source == "tui" for e in backend.lab.timeline)  # in the truth
             intf = backend.lab.faults.ends("leaf1", "spine1")[0]
             assert "state DOWN" in intf.node.cmd(f"ip link show dev {intf.name}")
             await pilot.press("q")
@@ -71,3 +72,46 @@ def test_tui_takes_a_link_down_and_quits_clean(tmp_path):
     assert backend.state == "stopped"
     assert lab_netns("it_tui") == []
     assert "nslab-it_tui-" not in netns_list()
+
+
+JOBS_SCENARIO = """
+name: it_tuijobs
+seed: 5
+duration_s: 2
+topology: {spines: 1, leaves: 2, vms_per_leaf: 1, host_bw: 100, fabric_bw: 100}
+placement: {vms_per_host: 1}
+faults:
+  - {at_s: 0.5, kind: loss, link: [vm1, leaf1], percent: 1}
+jobs:
+  - {name: ar, collective: all_reduce, ranks: 2, bytes: 100000, iterations: 3}
+  - {name: train, collective: ddp, ranks: 2, iterations: 2}
+"""
+
+
+def test_tui_runs_ddp_and_allreduce_jobs_and_one_timeline(tmp_path):
+    """The TUI runs what ``nslab run`` runs (the same Session): a DDP and an AllReduce job to
+    completion; a fault from the TUI and one from the scenario land in one typed timeline."""
+    pytest.importorskip("torch")
+    from lab.events import CpuHog, Event
+    path = tmp_path / "it_tuijobs.yaml"
+    path.write_text(JOBS_SCENARIO)
+    backend = LiveBackend(str(path))
+    try:
+        backend.start()
+        backend.inject(CpuHog(vm="vm2", enable=False))
+        for _ in range(900):
+            if backend.state == "done":
+                break
+            time.sleep(0.2)
+        snap = backend.snapshot()
+    finally:
+        backend.stop()
+    assert backend.state == "stopped"
+    jobs = {j.name: j for j in snap.jobs}
+    assert jobs["ar"].verified and jobs["ar"].completion_s > 0, jobs["ar"]
+    assert jobs["train"].verified and jobs["train"].completion_s > 0, jobs["train"]
+    timeline = backend.lab.timeline
+    assert all(isinstance(e, Event) for e in timeline)
+    sources = {(e.kind, e.source) for e in timeline}
+    assert ("cpu_hog", "tui") in sources and ("loss", "timeline") in sources
+    assert lab_netns("it_tuijobs") == []

@@ -91,7 +91,7 @@ def test_clock_step_and_migration(make_lab):
     assert abs(rate_ppm(lab["vm3"]) - rate_ppm(lab["vm1"])) < 0.01
     shell_cgroups = open(f"/proc/{lab['vm3'].pid}/cgroup").read()
     assert "/nslab-it_step/phys1/vm3" in shell_cgroups
-    assert [e["kind"] for e in lab.timeline] == ["clock_step", "migrate"]
+    assert [e.kind for e in lab.timeline] == ["clock_step", "migrate"]
 
 
 def test_pause_freezes_processes_and_silences_the_vm(make_lab):

@@ -81,7 +81,18 @@ def test_load_names_real_vms(tmp_path):
 
 def test_fault_needs_its_arguments(tmp_path):
     text = GOOD + "faults:\n  - {at_s: 1, kind: loss, link: [leaf1, spine1]}\n"
-    assert "needs percent" in errors_of(write(tmp_path, text))["faults[0]"]
+    assert "Field required" in errors_of(write(tmp_path, text))["faults[0].percent"]
+
+
+def test_fault_kinds_are_one_union(tmp_path):
+    text = GOOD + "faults:\n  - {at_s: 1, kind: explode, vm: vm1}\n"
+    msg = errors_of(write(tmp_path, text))["faults[0]"]
+    assert "link_down" in msg and "migrate" in msg  # the union's tags, from lab.events
+
+
+def test_fault_after_the_end_is_an_error(tmp_path):
+    text = GOOD + "duration_s: 5\nfaults:\n  - {at_s: 30, kind: pause, vm: vm1}\n"
+    assert "after the scenario ends" in errors_of(write(tmp_path, text))["faults[0].at_s"]
 
 
 def test_faults_name_real_links(tmp_path):
