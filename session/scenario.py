@@ -184,9 +184,9 @@ def load(name_or_path: str | None) -> tuple[Scenario, Topo]:
 
 def _path(loc) -> str:
     out = ""
-    for part in loc:
-        if part in FAULT_TYPES:  # the union's tag: faults[0].link_down.link -> faults[0].link
-            continue
+    for i, part in enumerate(loc):
+        if i >= 2 and loc[i - 2] == "faults" and part in FAULT_TYPES:
+            continue  # the union's tag: faults[0].link_down.link -> faults[0].link
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 

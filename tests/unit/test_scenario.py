@@ -71,7 +71,7 @@ hosts:
 
 def test_job_collective_names_are_checked(tmp_path):
     text = GOOD + "jobs:\n  - {name: j, collective: allreduce_typo, ranks: 2}\n"
-    assert "allreduce_typo" in errors_of(write(tmp_path, text))["jobs[0]"]
+    assert "allreduce_typo" in errors_of(write(tmp_path, text))["jobs[0].collective"]
 
 
 def test_load_names_real_vms(tmp_path):

@@ -2,6 +2,7 @@
 import pytest
 
 from agents.clock import ClockSpec, Oscillator, Segment
+from agents.messages import Group, HistoryEntry
 from session.scoring import collocation_section, sync_section, true_time, truth_at, truth_groups
 
 S = 1_000_000_000
@@ -40,7 +41,7 @@ def history(c, err_ns, windows=6):
         vms = {vm: {"offset_ns": off + err_ns(k), "drift_ppm": d + 0.01,
                     "ntp_offset_ns": off + 50_000, "ntp_drift_ppm": d - 0.5}
                for vm, (off, d) in truth.items()}
-        out.append({"t_ns": ref_ns, "vms": vms})
+        out.append(HistoryEntry.model_validate({"t_ns": ref_ns, "vms": vms}))
     return out
 
 
@@ -59,9 +60,9 @@ def test_sync_errors_and_convergence():
 def test_collocation_against_truth():
     phys = {"vm1": "h1", "vm2": "h1", "vm3": "h2"}
     assert truth_groups(phys) == [["vm1", "vm2"], ["vm3"]]
-    good = collocation_section([{"members": ["vm2", "vm1"], "confidence": 0.9},
-                                {"members": ["vm3"], "confidence": 0.8}], phys, 4.0)
+    good = collocation_section([Group(members=["vm2", "vm1"], confidence=0.9),
+                                Group(members=["vm3"], confidence=0.8)], phys, 4.0)
     assert (good["precision"], good["recall"]) == (1.0, 1.0)
-    bad = collocation_section([{"members": ["vm1", "vm2", "vm3"], "confidence": 0.5}], phys,
+    bad = collocation_section([Group(members=["vm1", "vm2", "vm3"], confidence=0.5)], phys,
                               None)
     assert bad["precision"] == pytest.approx(1 / 3, abs=1e-3) and bad["recall"] == 1.0
