@@ -1,40 +1,437 @@
-"""The results document (schema ``nslab.results/1``) and its printed report.
+"""The results document (schema ``nslab.results/1``): its typed models and its printed report.
 
-Sections present now: ``scenario``, ``lab``, ``truth``, ``teardown``. ``sync``, ``owd_us``,
-``collocation`` and ``jobs`` appear when a scenario runs agents and jobs; an absent section
-means "not measured", never a placeholder.
+``Results`` is the one definition of the document ``nslab run SCENARIO --json PATH`` writes;
+``results_schema()`` is its JSON Schema (``nslab schema results``) and the README table
+"Results" documents the same fields with units.
+
+Sections always present: ``scenario``, ``lab``, ``truth``, ``teardown``. ``load``, ``agents``,
+``sync``, ``owd_us``, ``collocation``, ``jobs`` and ``placement_comparison`` appear when a
+scenario runs load, agents and jobs: an absent section means "not measured", never a
+placeholder, so ``dump`` and ``write`` leave it out. A None *inside* a present section is
+written as null (a value that could not be measured this time, e.g. a job's ``completion_s``
+when a rank failed).
+
+Units are in the field names and descriptions: ns, us, s; bit/s, Mbit/s; ppm; bytes, MiB;
+fractions (0.03 = 3 %) and percent are said so.
 """
 from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from lab.capabilities import as_json
 from lab.links import LINK_KEYS
 
 SCHEMA = "nslab.results/1"
 
+OPTIONAL_SECTIONS = ("load", "agents", "sync", "owd_us", "collocation", "jobs",
+                     "placement_comparison")
+"""Top-level sections present only when measured (absent otherwise, never null)."""
 
-def lab_section(lab, caps: dict, fidelity: dict) -> dict:
+
+class _Model(BaseModel):
+    # extra="forbid": a producer's new field must be added here (and to the README) first.
+    # from_attributes: producers may hand in their own models/dataclasses (e.g. lab.events).
+    model_config = ConfigDict(extra="forbid", from_attributes=True)
+
+
+# -- scenario, lab ---------------------------------------------------------------------------
+class ScenarioSection(_Model):
+    """Which scenario ran."""
+
+    name: str = Field(description="scenario name")
+    source: str = Field(description="scenario file (path) or built-in name")
+    seed: int = Field(description="random seed (placements, clocks)")
+    duration_s: float = Field(description="timeline duration, s after bring-up")
+
+
+class VmEntry(_Model):
+    """One VM of the lab."""
+
+    name: str
+    ip: str | None = Field(description="IPv4 address (no prefix); null when it has none")
+    leaf: str | None = Field(description="its leaf switch; null in a custom topology "
+                                         "without leaves")
+    phys: str = Field(description="physical host at the end of the run")
+
+
+class LinkEntry(_Model):
+    """One link and its emulation; an option the topology did not set is null."""
+
+    a: str = Field(description="one end node")
+    b: str = Field(description="the other end node")
+    bw: float | None = Field(None, description="rate, Mbit/s (HTB)")
+    delay: str | None = Field(None, description="one-way delay with its unit, e.g. '2ms' "
+                                                "(netem)")
+    jitter: str | None = Field(None, description="delay variation with its unit, e.g. "
+                                                 "'50us' (netem)")
+    loss: float | None = Field(None, description="random loss, percent")
+    reorder: float | None = Field(None, description="reordering, percent (netem)")
+    max_queue_size: int | None = Field(None, description="queue limit, packets")
+
+
+class Capability(_Model):
+    """One probed host feature (``nslab doctor``)."""
+
+    name: str
+    ok: bool
+    detail: str = Field(description="what the probe saw")
+    disables: str = Field(description="what a missing feature disables")
+
+
+class P50Max(_Model):
+    """Median and maximum of a series; both null when the series is empty."""
+
+    p50: float | None = Field(description="median, in the unit of the field")
+    max: float | None = Field(description="maximum, in the unit of the field")
+
+
+class Fraction(_Model):
+    """Median and maximum of a fraction (0.5 = 50 %)."""
+
+    p50: float = Field(description="median, fraction 0-1")
+    max: float = Field(description="maximum, fraction 0-1")
+
+
+class Fidelity(_Model):
+    """Was the machine saturated while the scenario ran? With no sample only ``samples``
+    (0) is set; the rest is null."""
+
+    samples: int = Field(description="CPU samples taken")
+    interval_s: float | None = Field(None, description="sampling interval, s")
+    cpu_busy: Fraction | None = Field(None, description="busy fraction of all cores")
+    busiest_core: Fraction | None = Field(None, description="busy fraction of the busiest "
+                                                            "core")
+    softirq: Fraction | None = Field(None, description="softirq fraction of all cores")
+    saturated: bool | None = Field(description="busy >= 90 % in >= 25 % of the samples: "
+                                               "timing results are not trustworthy; null "
+                                               "without samples")
+
+
+class LabSection(_Model):
+    """The lab that was built."""
+
+    name: str = Field(description="lab name (prefix of its kernel objects)")
+    bringup_s: float = Field(description="bring-up time, s")
+    teardown_s: float = Field(description="teardown time, s")
+    nodes: int = Field(description="nodes (VMs, switches, routers)")
+    vms: list[VmEntry]
+    links: list[LinkEntry]
+    capabilities: dict[str, Capability] = Field(description="by capability name")
+    fidelity: Fidelity
+
+
+# -- truth -----------------------------------------------------------------------------------
+class Wander(_Model):
+    """One cosine of an oscillator's frequency wander."""
+
+    amplitude_ppm: float = Field(description="ppm")
+    period_s: float = Field(description="s")
+    phase_rad: float = Field(description="rad")
+
+
+class Oscillator(_Model):
+    """A physical host's oscillator: base drift plus wander."""
+
+    base_ppm: float = Field(description="base frequency error, ppm")
+    wander: list[Wander]
+
+
+class Segment(_Model):
+    """A stretch of a VM's clock (a new one starts at a clock step or a migration)."""
+
+    start_ns: int = Field(description="true time the segment starts, ns (CLOCK_REALTIME)")
+    offset_ns: float = Field(description="t_vm - t at the start, ns")
+    host: str = Field(description="physical host whose oscillator drives it")
+
+
+class Clocks(_Model):
+    oscillators: dict[str, Oscillator] = Field(description="by physical host")
+    vms: dict[str, list[Segment]] = Field(description="by VM: its clock segments")
+
+
+FaultSource = Literal["lab", "timeline", "step", "tui"]
+
+
+class FaultEvent(_Model):
+    """One entry of the ground-truth timeline: a fault applied, or a note (job_start, load,
+    a flap's transitions, ...)."""
+
+    t_s: float = Field(description="s after bring-up (true time)")
+    true_ns: int = Field(description="ns, the machine's CLOCK_REALTIME")
+    kind: str = Field(description="a fault kind, or a note: job_start, job_end, load, ...")
+    target: str = Field(description="a-b for a link, a VM, a job or a flow (src->dst)")
+    params: dict[str, Any] = Field(description="the fault's or note's parameters (units in "
+                                               "their names: mbit Mbit/s, percent, step_ms)")
+    source: FaultSource = Field("lab", description="who caused it: lab (the lab itself: "
+                                "notes, jobs, load, a flap's transitions), timeline (the "
+                                "scenario at its time), step (a timeline entry played early), "
+                                "tui (a person in the TUI)")
+
+
+class TruthSection(_Model):
+    """What really happened (the lab injected it), to score the agents against."""
+
+    placements: dict[str, str] = Field(description="VM -> physical host at the start")
+    placements_end: dict[str, str] = Field(description="VM -> physical host at the end")
+    clocks: Clocks
+    faults: list[FaultEvent] = Field(description="the fault timeline, in time order")
+
+
+# -- measured sections -----------------------------------------------------------------------
+class LoadEntry(_Model):
+    """One iperf3 flow: ``mbit`` and ``retransmits`` (TCP) or ``lost_percent`` (UDP), or an
+    ``error`` (then ``mbit`` is null)."""
+
+    src: str = Field(description="sending VM")
+    dst: str = Field(description="receiving VM")
+    at_s: float = Field(description="start, s after bring-up")
+    duration_s: float = Field(description="s")
+    protocol: Literal["tcp", "udp"]
+    requested_mbit: float | None = Field(description="requested rate, Mbit/s; null: as fast "
+                                                     "as TCP goes")
+    mbit: float | None = Field(None, description="receiver goodput, Mbit/s (UDP: sent rate "
+                                                 "less loss); null on error")
+    retransmits: int | None = Field(None, description="TCP retransmissions (null for UDP)")
+    lost_percent: float | None = Field(None, description="UDP datagrams lost, percent (null "
+                                                         "for TCP)")
+    error: str | None = Field(None, description="iperf3's error, null when it ran")
+
+
+class AgentsCost(_Model):
+    """What the agents cost while they ran. A p50/max is null when no agent was measured;
+    the coordinator's figures are null when its process was not found."""
+
+    run_s: float = Field(description="agents' run time, s")
+    agent_cpu_core: P50Max = Field(description="over agents: CPU time / run time, fraction "
+                                               "of a core (0.03 = 3 %)")
+    coordinator_cpu_core: float | None = Field(description="fraction of a core")
+    probe_bit_s: P50Max = Field(description="over agents: probes sent, bit/s on the wire "
+                                            "(Ethernet/IP/UDP headers counted)")
+    probe_bytes: int = Field(description="one probe on the wire, bytes")
+    agent_rss_mb: P50Max = Field(description="over agents: resident memory at the end, MiB")
+    coordinator_rss_mb: float | None = Field(description="resident memory at the end, MiB")
+    error: str | None = Field(None, description="set when the coordinator never answered "
+                                                "(then sync, owd_us, collocation are absent)")
+
+
+class Stats(_Model):
+    """Absolute errors against the truth; p50/p99/max null when ``n`` is 0."""
+
+    p50: float | None = Field(description="median |error|, in the unit of the field")
+    p99: float | None = Field(description="99th percentile |error|")
+    max: float | None = Field(description="largest |error|")
+    n: int = Field(description="errors scored (VM x window)")
+
+
+class SyncErrors(_Model):
+    offset_error_us: Stats = Field(description="|offset error|, us")
+    drift_error_ppm: Stats = Field(description="|drift error|, ppm")
+
+
+class SyncSection(SyncErrors):
+    """nslab's clock estimates (Huygens) against the truth, and an NTP-style baseline on the
+    same probes. Drift of the last ``drift_windows // 2`` windows (provisional in the
+    coordinator) is not scored."""
+
+    reference: str = Field(description="the coordinator's reference VM")
+    windows: int = Field(description="estimation windows reported")
+    baseline_ntp: SyncErrors = Field(description="NTP-style estimator, same probes")
+    converged_us: float = Field(description="the offset bound that defines convergence, us")
+    converged_s: float | None = Field(description="s after the agents started to the end of "
+                                                  "the first window from which every window's "
+                                                  "offset errors stay within converged_us; "
+                                                  "null: never")
+
+
+class OwdPair(_Model):
+    """One-way delay of one direction, corrected with the estimated clocks; delays null when
+    no probe crossed (``n`` 0)."""
+
+    min_us: float | None = Field(description="us")
+    p50_us: float | None = Field(description="us")
+    p99_us: float | None = Field(description="us")
+    n: int = Field(description="probes")
+
+
+class OwdSection(_Model):
+    pairs: dict[str, OwdPair] = Field(description='by direction "a->b"')
+    asymmetry_us: dict[str, float | None] = Field(
+        description='by pair "a|b": p50(a->b) - p50(b->a), us (> 0: a->b is slower); null '
+                    "when a direction has no median")
+
+
+class Group(_Model):
+    members: list[str] = Field(description="VMs the agents found on one physical host")
+    confidence: float = Field(description="0-1")
+
+
+class CollocationSection(_Model):
+    """The agents' collocation groups against the truth."""
+
+    groups: list[Group] = Field(description="found by the agents, sorted")
+    truth_groups: list[list[str]] = Field(description="VMs by physical host (singletons "
+                                                      "included), sorted")
+    precision: float = Field(description="pairwise precision, 0-1")
+    recall: float = Field(description="pairwise recall, 0-1")
+    detected_after_s: float | None = Field(description="s after the agents started from which "
+                                                       "the groups equalled the truth to the "
+                                                       "end; null: never")
+
+
+class Percentiles(_Model):
+    """Over iterations (each counts as its slowest rank's duration), s."""
+
+    p50: float = Field(description="s")
+    p90: float = Field(description="s")
+    p99: float = Field(description="s")
+    max: float = Field(description="s")
+    mean: float = Field(description="s")
+
+
+class Placement(_Model):
+    """Where a job's ranks ran (rank order) and what the truth says about it."""
+
+    vms: list[str] = Field(description="VM of each rank")
+    phys: list[str] = Field(description="physical host of each rank (truth)")
+    shared_host_ranks: int = Field(description="ranks sharing their physical host with "
+                                               "another rank (truth)")
+    policy: Literal["naive", "collocation_aware", "explicit"]
+
+
+class JobEntry(_Model):
+    """One job run. A job that failed before starting (no VMs could be chosen) has only
+    ``name``, ``collective``, ``error``, ``verified`` false and ``completion_s`` null; every
+    other field is then null. Timings need every rank: null when any rank failed."""
+
+    name: str
+    collective: str = Field(description="collective name, or the DDP workload")
+    nccl_name: str | None = Field(None, description="NCCL's name of the collective")
+    world: int | None = Field(None, description="ranks")
+    bytes: int | None = Field(None, description="nccl-tests size, bytes")
+    dtype: str | None = Field(None, description="element type, e.g. float32")
+    iterations: int | None = Field(None, description="timed iterations")
+    compute_units: int | None = Field(None, description="matrix products per iteration's "
+                                                        "compute phase")
+    completion_s: float | None = Field(description="slowest rank's first-to-last timed "
+                                                   "iteration, s (VM clocks)")
+    iteration_s: Percentiles | None = Field(None, description="iteration time, s")
+    comm_s: Percentiles | None = Field(None, description="collective time, s")
+    algbw_bit_s: float | None = Field(None, description="nccl-tests algbw, bit/s")
+    busbw_bit_s: float | None = Field(None, description="nccl-tests busbw, bit/s")
+    wall_s: float | None = Field(None, description="launch to last exit, s (host clock)")
+    verified: bool = Field(description="every rank verified every iteration")
+    error: str | None = Field(None, description="null, or the ranks' errors, root causes "
+                                                "first")
+    failed_ranks: list[int] | None = Field(None, description="ranks that failed")
+    placement: Placement | None = Field(None, description="null when it never started")
+
+
+class PlacementComparison(_Model):
+    """Naive vs collocation-aware completion, when both jobs completed."""
+
+    naive_s: float = Field(description="naive job's completion, s")
+    aware_s: float = Field(description="collocation-aware job's completion, s")
+    ratio: float = Field(description="aware_s / naive_s")
+    aware_avoided_shared_hosts: bool
+    naive_shared_host_ranks: int = Field(description="ranks of the naive job sharing a host")
+
+
+class Teardown(_Model):
+    clean: bool = Field(description="nothing of the lab was left")
+    leftovers: list[str] = Field(description="kernel objects or processes left")
+    seconds: float = Field(description="teardown time, s")
+
+
+class Results(_Model):
+    """The ``nslab.results/1`` document. Optional sections are absent when not measured."""
+
+    # ``schema`` would shadow a BaseModel attribute: the field is ``schema_``, written
+    # ``schema`` (its alias); both names are accepted on input.
+    model_config = ConfigDict(title="nslab.results/1", populate_by_name=True)
+
+    schema_: Literal["nslab.results/1"] = Field(alias="schema",
+                                                description="document schema and version")
+    created: str = Field(description="ISO 8601 time (UTC) the document was made")
+    scenario: ScenarioSection
+    lab: LabSection
+    truth: TruthSection
+    teardown: Teardown
+    load: list[LoadEntry] | None = Field(None, description="per iperf3 flow")
+    agents: AgentsCost | None = None
+    sync: SyncSection | None = None
+    owd_us: OwdSection | None = None
+    collocation: CollocationSection | None = None
+    jobs: list[JobEntry] | None = Field(None, description="per job, in scenario order")
+    placement_comparison: PlacementComparison | None = None
+
+
+def results_schema() -> dict:
+    """The JSON Schema of ``nslab.results/1`` (``nslab schema results``)."""
+    return Results.model_json_schema(by_alias=True)
+
+
+def validate(doc: Results | Mapping) -> Results:
+    """``doc`` as a ``Results``.
+
+    Raises:
+        pydantic.ValidationError: a field missing or of the wrong type (with its path).
+    """
+    return doc if isinstance(doc, Results) else Results.model_validate(dict(doc))
+
+
+def dump(results: Results | Mapping) -> dict:
+    """The JSON-ready document: every field (None as null), minus absent optional sections."""
+    res = validate(results)
+    absent = {k for k in OPTIONAL_SECTIONS if getattr(res, k) is None}
+    return res.model_dump(mode="json", by_alias=True, exclude_none=False, exclude=absent)
+
+
+# -- building it -----------------------------------------------------------------------------
+def lab_section(lab, caps: dict, fidelity: dict) -> LabSection:
     """``lab``: bring-up/teardown seconds, VMs, links, capabilities, fidelity."""
     topo = lab.topo
     vms = [{"name": vm, "ip": topo.nodeInfo(vm).get("ip", "").split("/")[0] or None,
             "leaf": topo.nodeInfo(vm).get("leaf"), "phys": lab.phys[vm]} for vm in topo.hosts()]
     links = [{"a": a, "b": b, **{k: info[k] for k in LINK_KEYS if k in info}}
              for a, b, info in topo.links(withInfo=True)]
-    return {"name": lab.name, "bringup_s": round(lab.bringup_s or 0, 3),
-            "teardown_s": round(lab.teardown_s or 0, 3), "nodes": len(topo.nodes()),
-            "vms": vms, "links": links, "capabilities": as_json(caps), "fidelity": fidelity}
+    return LabSection(name=lab.name, bringup_s=round(lab.bringup_s or 0, 3),
+                      teardown_s=round(lab.teardown_s or 0, 3), nodes=len(topo.nodes()),
+                      vms=vms, links=links, capabilities=as_json(caps), fidelity=fidelity)
 
 
-def truth_section(lab, placements_at_start: dict) -> dict:
+def truth_section(lab, placements_at_start: dict) -> TruthSection:
     """``truth``: placements (at start and at the end), clocks, fault timeline."""
-    return {"placements": placements_at_start, "placements_end": dict(lab.phys),
-            "clocks": lab.clocks.truth(), "faults": lab.timeline}
+    return TruthSection(placements=placements_at_start, placements_end=dict(lab.phys),
+                        clocks=lab.clocks.truth(), faults=list(lab.timeline))
 
 
-def document(scenario, source: str, lab, caps: dict, fidelity: dict, placements: dict) -> dict:
-    return {
+def build(scenario, source: str, lab, caps: dict, fidelity: dict, placements: dict,
+          **sections) -> Results:
+    """The typed document of a finished run.
+
+    Args:
+        scenario: the ``Scenario`` (name, seed, duration_s).
+        source: the scenario file.
+        lab: the stopped ``Lab`` (topo, phys, clocks, timeline, bring-up/teardown times).
+        caps: ``lab.capabilities.probe()``.
+        fidelity: ``FidelitySampler.summary()``.
+        placements: VM -> physical host at the start.
+        sections: optional sections by name (``OPTIONAL_SECTIONS``); None means absent.
+
+    Raises:
+        pydantic.ValidationError: a section that does not fit the model (field path named).
+        TypeError: an unknown section name.
+    """
+    unknown = set(sections) - set(OPTIONAL_SECTIONS)
+    if unknown:
+        raise TypeError(f"unknown results sections: {', '.join(sorted(unknown))}")
+    return Results.model_validate({
         "schema": SCHEMA,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "scenario": {"name": scenario.name, "source": source, "seed": scenario.seed,
@@ -43,117 +440,143 @@ def document(scenario, source: str, lab, caps: dict, fidelity: dict, placements:
         "truth": truth_section(lab, placements),
         "teardown": {"clean": not lab.leftovers, "leftovers": lab.leftovers,
                      "seconds": round(lab.teardown_s or 0, 3)},
-    }
+        **sections,
+    })
 
 
-def write(doc: dict, path: str) -> None:
+def document(scenario, source: str, lab, caps: dict, fidelity: dict, placements: dict,
+             **sections) -> dict:
+    """``build(...)`` as the JSON-ready dict (``dump``): validated by ``Results``; callers
+    may still add optional sections to it, ``report`` and ``write`` validate again."""
+    return dump(build(scenario, source, lab, caps, fidelity, placements, **sections))
+
+
+def write(results: Results | Mapping, path: str) -> None:
+    """Write the document as JSON to ``path`` (``-``: stdout).
+
+    Raises:
+        pydantic.ValidationError: a dict that is not a valid document.
+    """
+    text = json.dumps(dump(results), indent=1) + "\n"
+    if path == "-":
+        sys.stdout.write(text)
+        return
     with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
+        f.write(text)
 
 
-def report(doc: dict) -> str:
-    """A human-readable summary of a results document."""
-    lab, truth = doc["lab"], doc["truth"]
-    fid = lab["fidelity"]
-    lines = [f"nslab run: {doc['scenario']['name']} (seed {doc['scenario']['seed']}, "
-             f"{doc['scenario']['duration_s']} s)",
-             f"  lab {lab['name']}: {lab['nodes']} nodes, {len(lab['vms'])} VMs, "
-             f"{len(lab['links'])} links; up in {lab['bringup_s']} s, "
-             f"down in {lab['teardown_s']} s",
+# -- the printed report ----------------------------------------------------------------------
+def report(results: Results | Mapping) -> str:
+    """A human-readable summary of a results document (what ``nslab run`` prints).
+
+    Raises:
+        pydantic.ValidationError: a dict that is not a valid document.
+    """
+    doc = validate(results)
+    lab, truth, sc = doc.lab, doc.truth, doc.scenario
+    fid = lab.fidelity
+    lines = [f"nslab run: {sc.name} (seed {sc.seed}, {sc.duration_s} s)",
+             f"  lab {lab.name}: {lab.nodes} nodes, {len(lab.vms)} VMs, "
+             f"{len(lab.links)} links; up in {lab.bringup_s} s, "
+             f"down in {lab.teardown_s} s",
              "  physical hosts:"]
     by_host: dict[str, list[str]] = {}
-    for vm, host in truth["placements"].items():
+    for vm, host in truth.placements.items():
         by_host.setdefault(host, []).append(vm)
-    oscs = truth["clocks"]["oscillators"]
+    oscs = truth.clocks.oscillators
     for host, members in sorted(by_host.items()):
-        drift = oscs.get(host, {}).get("base_ppm")
-        lines.append(f"    {host:8s} drift {drift:+8.3f} ppm  VMs {' '.join(members)}")
+        osc = oscs.get(host)
+        drift = f"{osc.base_ppm:+8.3f}" if osc else f"{'?':>8s}"
+        lines.append(f"    {host:8s} drift {drift} ppm  VMs {' '.join(members)}")
     lines.append("  timeline:")
-    for ev in truth["faults"]:
-        params = " ".join(f"{k}={v}" for k, v in ev["params"].items() if k != "at_ns")
-        lines.append(f"    {ev['t_s']:7.2f} s  {ev['kind']:11s} {ev['target']} {params}")
-    if fid.get("samples"):
-        lines.append(f"  fidelity: CPU busy p50 {fid['cpu_busy']['p50']:.0%} max "
-                     f"{fid['cpu_busy']['max']:.0%}, softirq max {fid['softirq']['max']:.0%}"
-                     f"{'  SATURATED: timing results not trustworthy' if fid['saturated'] else ''}")
-    for f in doc.get("load", []):
-        got = f"{f['mbit']} Mbit/s" if "mbit" in f else f"error: {f['error']}"
-        lines.append(f"  load {f['protocol']} {f['src']}->{f['dst']} at {f['at_s']} s for "
-                     f"{f['duration_s']} s: {got}")
+    for ev in truth.faults:
+        params = " ".join(f"{k}={v}" for k, v in ev.params.items() if k != "at_ns")
+        lines.append(f"    {ev.t_s:7.2f} s  {ev.kind:11s} {ev.target} {params}")
+    if fid.samples and fid.cpu_busy and fid.softirq:
+        lines.append(f"  fidelity: CPU busy p50 {fid.cpu_busy.p50:.0%} max "
+                     f"{fid.cpu_busy.max:.0%}, softirq max {fid.softirq.max:.0%}"
+                     f"{'  SATURATED: timing results not trustworthy' if fid.saturated else ''}")
+    for f in doc.load or []:
+        got = f"{f.mbit} Mbit/s" if f.mbit is not None else f"error: {f.error}"
+        lines.append(f"  load {f.protocol} {f.src}->{f.dst} at {f.at_s} s for "
+                     f"{f.duration_s} s: {got}")
     lines += _agents_report(doc)
-    for j in doc.get("jobs", []):
-        where = " ".join(j.get("placement", {}).get("vms", []))
-        shared = j.get("placement", {}).get("shared_host_ranks")
-        if j.get("error"):
-            lines.append(f"  job {j['name']} ({j['collective']}) on {where or '-'}: "
-                         f"ERROR {j['error']}")
+    for j in doc.jobs or []:
+        where = " ".join(j.placement.vms) if j.placement else ""
+        shared = j.placement.shared_host_ranks if j.placement else None
+        if j.error:
+            lines.append(f"  job {j.name} ({j.collective}) on {where or '-'}: "
+                         f"ERROR {j.error}")
             continue
-        it = j["iteration_s"] or {}
-        lines.append(f"  job {j['name']} ({j['collective']}, {j['bytes']} B) on {where} "
-                     f"[{shared} ranks share a host]: completion {j['completion_s']:.3f} s, "
-                     f"iteration p50 {it.get('p50', 0):.4f} s, verified {j['verified']}")
-    cmp_ = doc.get("placement_comparison")
+        p50 = j.iteration_s.p50 if j.iteration_s else 0
+        completion = f"{j.completion_s:.3f}" if j.completion_s is not None else "-"
+        lines.append(f"  job {j.name} ({j.collective}, {j.bytes} B) on {where} "
+                     f"[{shared} ranks share a host]: completion {completion} s, "
+                     f"iteration p50 {p50:.4f} s, verified {j.verified}")
+    cmp_ = doc.placement_comparison
     if cmp_:
-        lines.append(f"  collocation-aware placement: {cmp_['aware_s']:.3f} s vs naive "
-                     f"{cmp_['naive_s']:.3f} s (ratio {cmp_['ratio']}); avoided shared hosts: "
-                     f"{cmp_['aware_avoided_shared_hosts']}")
-    td = doc["teardown"]
-    state = "clean" if td["clean"] else "LEFTOVERS " + ", ".join(td["leftovers"])
+        lines.append(f"  collocation-aware placement: {cmp_.aware_s:.3f} s vs naive "
+                     f"{cmp_.naive_s:.3f} s (ratio {cmp_.ratio}); avoided shared hosts: "
+                     f"{cmp_.aware_avoided_shared_hosts}")
+    td = doc.teardown
+    state = "clean" if td.clean else "LEFTOVERS " + ", ".join(td.leftovers)
     lines.append(f"  teardown: {state}")
     return "\n".join(lines)
 
 
-def _fmt(stats: dict, unit: str) -> str:
-    if not stats.get("n"):
+def _fmt(stats: Stats, unit: str) -> str:
+    if not stats.n:
         return "no data"
-    return f"p50 {stats['p50']} p99 {stats['p99']} max {stats['max']} {unit}"
+    return f"p50 {stats.p50} p99 {stats.p99} max {stats.max} {unit}"
 
 
-def _agents_report(doc: dict) -> list[str]:
+def _vm_order(name: str) -> tuple:
+    return len(name), name
+
+
+def _agents_report(doc: Results) -> list[str]:
     lines = []
-    cost = doc.get("agents")
+    cost = doc.agents
     if cost:
-        cpu, bits = cost["agent_cpu_core"], cost["probe_bit_s"]
-        if cpu["p50"] is not None:
-            lines.append(f"  agents: CPU per agent p50 {cpu['p50']:.1%} max {cpu['max']:.1%} of "
-                         f"a core, coordinator {cost['coordinator_cpu_core'] or 0:.1%}; probes "
-                         f"p50 {(bits['p50'] or 0) / 1e3:.1f} kbit/s per agent; RSS agent p50 "
-                         f"{cost['agent_rss_mb']['p50']} MiB, coordinator "
-                         f"{cost['coordinator_rss_mb']} MiB")
-        if cost.get("error"):
-            lines.append(f"  agents: {cost['error']}")
-    sync = doc.get("sync")
+        cpu, bits = cost.agent_cpu_core, cost.probe_bit_s
+        if cpu.p50 is not None:
+            lines.append(f"  agents: CPU per agent p50 {cpu.p50:.1%} max {cpu.max:.1%} of "
+                         f"a core, coordinator {cost.coordinator_cpu_core or 0:.1%}; probes "
+                         f"p50 {(bits.p50 or 0) / 1e3:.1f} kbit/s per agent; RSS agent p50 "
+                         f"{cost.agent_rss_mb.p50} MiB, coordinator "
+                         f"{cost.coordinator_rss_mb} MiB")
+        if cost.error:
+            lines.append(f"  agents: {cost.error}")
+    sync = doc.sync
     if sync:
-        conv = f"{sync['converged_s']} s" if sync["converged_s"] is not None else "not reached"
-        lines += [f"  clock sync vs truth (reference {sync['reference']}, "
-                  f"{sync['windows']} windows; within {sync['converged_us']} us after {conv}):",
-                  f"    nslab (Huygens)  offset |err| {_fmt(sync['offset_error_us'], 'us')}",
-                  f"                     drift  |err| {_fmt(sync['drift_error_ppm'], 'ppm')}",
+        conv = f"{sync.converged_s} s" if sync.converged_s is not None else "not reached"
+        lines += [f"  clock sync vs truth (reference {sync.reference}, "
+                  f"{sync.windows} windows; within {sync.converged_us} us after {conv}):",
+                  f"    nslab (Huygens)  offset |err| {_fmt(sync.offset_error_us, 'us')}",
+                  f"                     drift  |err| {_fmt(sync.drift_error_ppm, 'ppm')}",
                   f"    NTP-style        offset |err| "
-                  f"{_fmt(sync['baseline_ntp']['offset_error_us'], 'us')}",
+                  f"{_fmt(sync.baseline_ntp.offset_error_us, 'us')}",
                   f"                     drift  |err| "
-                  f"{_fmt(sync['baseline_ntp']['drift_error_ppm'], 'ppm')}"]
-    owd = doc.get("owd_us")
-    if owd and owd["pairs"]:
-        vms = sorted({v for k in owd["pairs"] for v in k.split("->")},
-                     key=lambda v: (len(v), v))
+                  f"{_fmt(sync.baseline_ntp.drift_error_ppm, 'ppm')}"]
+    owd = doc.owd_us
+    if owd and owd.pairs:
+        vms = sorted({v for k in owd.pairs for v in k.split("->")}, key=_vm_order)
         lines.append("  one-way delay p50, us (row -> column):")
         lines.append("    " + "".join(f"{v:>8s}" for v in ["", *vms]))
         for a in vms:
             cells = []
             for b in vms:
-                p = owd["pairs"].get(f"{a}->{b}")
-                cells.append(f"{p['p50_us']:8.1f}" if p and p.get("p50_us") is not None
+                p = owd.pairs.get(f"{a}->{b}")
+                cells.append(f"{p.p50_us:8.1f}" if p and p.p50_us is not None
                              else f"{'-':>8s}")
             lines.append(f"    {a:>8s}" + "".join(cells))
-    col = doc.get("collocation")
+    col = doc.collocation
     if col:
-        found = ", ".join("{" + " ".join(g["members"]) + f"}} {g['confidence']:.2f}"
-                          for g in col["groups"] if len(g["members"]) > 1) or "none"
-        truth = ", ".join("{" + " ".join(g) + "}" for g in col["truth_groups"] if len(g) > 1)
+        found = ", ".join("{" + " ".join(g.members) + f"}} {g.confidence:.2f}"
+                          for g in col.groups if len(g.members) > 1) or "none"
+        truth = ", ".join("{" + " ".join(g) + "}" for g in col.truth_groups if len(g) > 1)
         lines += [f"  collocation: found {found}",
                   f"               truth {truth or 'none'}",
-                  f"               precision {col['precision']} recall {col['recall']}, "
-                  f"held since {col['detected_after_s']} s"]
+                  f"               precision {col.precision} recall {col.recall}, "
+                  f"held since {col.detected_after_s} s"]
     return lines

@@ -1,0 +1,253 @@
+"""The results document (``nslab.results/1``): typed models, dump, report, JSON Schema.
+
+``data/quickstart_results.json`` is a real ``nslab run quickstart --json`` document (commit
+9321354), trimmed to 4 VMs, 4 links, 3 capabilities and 3 VMs' one-way delays; every field
+kind is kept.
+"""
+import copy
+import json
+import types
+import typing
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from lab.capabilities import Capability as ProbedCapability
+from session import results as R
+from topo.leafspine import LeafSpine
+
+DATA = Path(__file__).parent / "data" / "quickstart_results.json"
+
+
+@pytest.fixture
+def doc() -> dict:
+    return json.loads(DATA.read_text())
+
+
+def test_real_document_validates(doc):
+    res = R.validate(doc)
+    assert res.schema_ == R.SCHEMA
+    assert res.lab.links[0].bw == 100.0 and res.lab.links[0].delay is None
+    assert res.lab.capabilities["netem"].ok is False
+    assert [e.kind for e in res.truth.faults][:4] == ["load", "load_done", "link_down",
+                                                        "link_up"]
+    assert all(e.source == "lab" for e in res.truth.faults)  # written before `source` existed
+    assert res.load[0].requested_mbit is None and res.load[0].retransmits == 0
+    assert res.sync.offset_error_us.n > 0 and res.sync.converged_s is not None
+    assert res.jobs[0].placement.policy == "naive" and res.jobs[1].iteration_s.p99 > 0
+    assert res.placement_comparison.aware_avoided_shared_hosts is True
+    assert res.teardown.clean
+
+
+def test_dump_round_trips_the_real_document(doc):
+    out = R.dump(R.validate(doc))
+    assert set(out) == set(doc)
+    assert out["schema"] == R.SCHEMA
+    # values are unchanged; fields the producer left out come back as null (or the default)
+    assert out["sync"] == doc["sync"] and out["jobs"] == doc["jobs"]
+    assert out["load"][0]["error"] is None and out["load"][0]["lost_percent"] is None
+    assert out["lab"]["links"][0]["delay"] is None
+    assert out["truth"]["faults"][0]["source"] == "lab"
+    assert R.validate(out) == R.validate(doc)
+
+
+def test_report_prints_the_real_document(doc):
+    text = R.report(doc)
+    assert text == R.report(R.validate(doc))
+    lines = text.splitlines()
+    assert lines[0] == "nslab run: quickstart (seed 7, 20.0 s)"
+    for line in [
+        "  lab quickstart: 12 nodes, 4 VMs, 4 links; up in 0.645 s, down in 0.023 s",
+        "    phys1    drift   -1.048 ppm  VMs vm1 vm2",
+        "       6.00 s  load        vm5->vm1 duration_s=4.0 mbit=None udp=False",
+        "      12.01 s  link_down   leaf1-spine1 ",
+        "  fidelity: CPU busy p50 52% max 100%, softirq max 48%",
+        "  load tcp vm5->vm1 at 6.0 s for 4.0 s: 93.138 Mbit/s",
+        "  agents: CPU per agent p50 3.8% max 3.9% of a core, coordinator 7.2%; probes p50 "
+        "211.7 kbit/s per agent; RSS agent p50 20.4 MiB, coordinator 61.3 MiB",
+        "  clock sync vs truth (reference vm1, 13 windows; within 10.0 us after 2.44 s):",
+        "    nslab (Huygens)  offset |err| p50 0.046 p99 0.439 max 0.473 us",
+        "                     drift  |err| p50 0.0411 p99 498.1347 max 498.139 ppm",
+        "         vm1       -     5.6     3.7",
+        "  collocation: found {vm1 vm2} 0.97, {vm3 vm4} 0.98, {vm5 vm6} 0.98, {vm7 vm8} 0.98",
+        "               precision 1.0 recall 1.0, held since 8.04 s",
+        "  job naive (all_reduce, 1000000 B) on vm1 vm2 vm3 vm4 [4 ranks share a host]: "
+        "completion 2.080 s, iteration p50 0.2732 s, verified True",
+        "  collocation-aware placement: 1.457 s vs naive 2.080 s (ratio 0.701); avoided "
+        "shared hosts: True",
+    ]:
+        assert line in lines
+    assert lines[-1] == "  teardown: clean"
+
+
+def test_absent_sections_are_omitted_not_null(doc, tmp_path):
+    for key in R.OPTIONAL_SECTIONS:
+        del doc[key]
+    res = R.validate(doc)
+    assert res.sync is None and res.jobs is None
+    out = R.dump(res)
+    assert set(out) == {"schema", "created", "scenario", "lab", "truth", "teardown"}
+    path = tmp_path / "r.json"
+    R.write(res, str(path))
+    assert set(json.loads(path.read_text())) == set(out)
+    lines = R.report(res).splitlines()
+    assert not [x for x in lines if x.startswith(("  clock sync", "  job ", "  load ",
+                                                   "  agents", "  collocation"))]
+    assert lines[-1] == "  teardown: clean"
+
+
+def test_null_inside_a_present_section_stays_null(doc):
+    doc["sync"]["converged_s"] = None
+    doc["sync"]["drift_error_ppm"] = {"p50": None, "p99": None, "max": None, "n": 0}
+    doc["agents"]["coordinator_rss_mb"] = None
+    out = R.dump(doc)
+    assert out["sync"]["converged_s"] is None
+    assert out["sync"]["drift_error_ppm"]["p50"] is None
+    assert out["agents"]["coordinator_rss_mb"] is None
+    text = R.report(doc)
+    assert "after not reached" in text and "drift  |err| no data" in text
+
+
+def test_job_that_failed_before_starting(doc):
+    doc["jobs"].append({"name": "aware2", "collective": "all_reduce", "verified": False,
+                        "error": "collocation_aware placement: the agents reported no groups "
+                                 "yet", "completion_s": None})
+    res = R.validate(doc)
+    job = res.jobs[-1]
+    assert job.placement is None and job.world is None and job.iteration_s is None
+    assert R.dump(res)["jobs"][-1]["completion_s"] is None
+    assert ("  job aware2 (all_reduce) on -: ERROR collocation_aware placement: the agents "
+            "reported no groups yet") in R.report(res).splitlines()
+
+
+def test_failed_job_and_load_error_report(doc):
+    job = doc["jobs"][0]
+    job.update(completion_s=None, iteration_s=None, comm_s=None, algbw_bit_s=None,
+               busbw_bit_s=None, verified=False, error="rank 2: timed out", failed_ranks=[2])
+    doc["load"][0] = {**{k: doc["load"][0][k] for k in ("src", "dst", "at_s", "duration_s",
+                                                         "protocol", "requested_mbit")},
+                      "error": "unable to connect to server"}
+    lines = R.report(doc).splitlines()
+    assert "  job naive (all_reduce) on vm1 vm2 vm3 vm4: ERROR rank 2: timed out" in lines
+    assert ("  load tcp vm5->vm1 at 6.0 s for 4.0 s: error: unable to connect to server"
+            in lines)
+
+
+def test_fault_source(doc):
+    doc["truth"]["faults"][2]["source"] = "timeline"
+    doc["truth"]["faults"][3]["source"] = "tui"
+    res = R.validate(doc)
+    assert [e.source for e in res.truth.faults[2:4]] == ["timeline", "tui"]
+    doc["truth"]["faults"][3]["source"] = "cron"
+    with pytest.raises(ValidationError) as e:
+        R.validate(doc)
+    assert ("truth", "faults", 3, "source") in [err["loc"] for err in e.value.errors()]
+
+
+def test_missing_required_fields_name_their_path(doc):
+    del doc["sync"]["baseline_ntp"]["drift_error_ppm"]
+    del doc["jobs"][1]["verified"]
+    del doc["lab"]["fidelity"]["samples"]
+    with pytest.raises(ValidationError) as e:
+        R.validate(doc)
+    locs = {err["loc"] for err in e.value.errors() if err["type"] == "missing"}
+    assert locs == {("sync", "baseline_ntp", "drift_error_ppm"), ("jobs", 1, "verified"),
+                    ("lab", "fidelity", "samples")}
+    assert "sync.baseline_ntp.drift_error_ppm" in str(e.value)
+
+
+def test_unknown_and_mistyped_fields_fail(doc):
+    bad = copy.deepcopy(doc)
+    bad["sync"]["offset_error_us"]["p95"] = 1.0
+    with pytest.raises(ValidationError, match="offset_error_us.p95"):
+        R.validate(bad)
+    bad = copy.deepcopy(doc)
+    bad["placement_comparison"]["ratio"] = "fast"
+    with pytest.raises(ValidationError, match="placement_comparison.ratio"):
+        R.validate(bad)
+    bad = copy.deepcopy(doc)
+    bad["schema"] = "nslab.results/2"
+    with pytest.raises(ValidationError, match="schema"):
+        R.validate(bad)
+
+
+def test_schema_has_every_section():
+    schema = R.results_schema()
+    top = set(schema["properties"])
+    assert top == {"schema", "created", "scenario", "lab", "truth", "teardown",
+                   *R.OPTIONAL_SECTIONS}
+    assert set(schema["required"]) == {"schema", "created", "scenario", "lab", "truth",
+                                       "teardown"}
+    defs = schema["$defs"]
+    for name in ("LabSection", "Fidelity", "Capability", "TruthSection", "FaultEvent",
+                 "SyncSection", "Stats", "OwdSection", "CollocationSection", "JobEntry",
+                 "Percentiles", "Placement", "LoadEntry", "AgentsCost", "PlacementComparison",
+                 "Teardown"):
+        assert name in defs
+    assert defs["FaultEvent"]["properties"]["source"]["enum"] == ["lab", "timeline", "step",
+                                                                  "tui"]
+    json.dumps(schema)
+
+
+def _models(model: type[BaseModel], seen: set) -> None:
+    if model in seen:
+        return
+    seen.add(model)
+    for f in model.model_fields.values():
+        for t in _leaves(f.annotation):
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                _models(t, seen)
+
+
+def _leaves(tp) -> list:
+    args = typing.get_args(tp)
+    return [x for a in args for x in _leaves(a)] if args else [tp]
+
+
+def test_every_numeric_field_says_its_unit():
+    seen: set = set()
+    _models(R.Results, seen)
+    missing = [f"{m.__name__}.{name}" for m in seen for name, f in m.model_fields.items()
+               if {int, float} & set(_leaves(f.annotation)) and not f.description]
+    assert not missing
+
+
+def _fake_lab(doc: dict):
+    topo = LeafSpine(spines=1, leaves=2, vms_per_leaf=2, host_bw=100, fabric_bw=100,
+                     host_queue=100, fabric_queue=100, vms_per_host=2)
+    phys = {vm: topo.nodeInfo(vm)["phys"] for vm in topo.hosts()}
+    event = types.SimpleNamespace(t_s=1.5, true_ns=1_800_000_000_000_000_000,
+                                  kind="link_down", target="leaf1-spine1", params={},
+                                  source="timeline")  # e.g. lab.events.Event: attributes
+    return types.SimpleNamespace(
+        topo=topo, name="t", bringup_s=0.5, teardown_s=0.1, phys=phys, leftovers=[],
+        clocks=types.SimpleNamespace(truth=lambda: doc["truth"]["clocks"]),
+        timeline=[event, doc["truth"]["faults"][0]])
+
+
+def test_build_and_document_from_a_lab(doc, tmp_path):
+    lab = _fake_lab(doc)
+    sc = types.SimpleNamespace(name="t", seed=1, duration_s=5.0)
+    caps = {"root": ProbedCapability("root", True, "euid 0", "everything")}
+    fid = {"samples": 0, "saturated": None}
+    res = R.build(sc, "t.yaml", lab, caps, fid, dict(lab.phys), jobs=doc["jobs"],
+                  sync=doc["sync"], placement_comparison=None)
+    assert [v.name for v in res.lab.vms] == ["vm1", "vm2", "vm3", "vm4"]
+    assert res.lab.links[0].bw == 100 and res.lab.fidelity.cpu_busy is None
+    assert res.truth.faults[0].source == "timeline" and res.truth.faults[1].kind == "load"
+    assert res.placement_comparison is None and res.jobs[1].name == "aware"
+    out = R.document(sc, "t.yaml", lab, caps, fid, dict(lab.phys), sync=doc["sync"])
+    assert "jobs" not in out and "placement_comparison" not in out and "sync" in out
+    out["load"] = doc["load"]  # callers may still add sections to the dict
+    R.write(out, str(tmp_path / "r.json"))
+    written = json.loads((tmp_path / "r.json").read_text())
+    assert written["load"][0]["mbit"] == 93.138
+    assert "fidelity:" not in R.report(written)
+    with pytest.raises(TypeError, match="unknown results sections: owd"):
+        R.build(sc, "t.yaml", lab, caps, fid, {}, owd={})
+
+
+def test_write_to_stdout(doc, capsys):
+    R.write(doc, "-")
+    assert json.loads(capsys.readouterr().out)["scenario"]["name"] == "quickstart"
