@@ -189,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
                  args.port, len(args.peers), args.rate, ", HMAC" if key else "")
         agent.run(stop)
         return 0
-    from agents.coordinator import Coordinator, serve
+    from agents.api import serve
+    from agents.coordinator import Coordinator
     if args.history < 1 or args.series < 3 or args.drift_windows < 1 or \
             args.drift_windows % 2 == 0:
         parser.error("--history must be >= 1, --series >= 3, --drift-windows odd")

@@ -30,7 +30,6 @@ What it does (Huygens, Geng et al., NSDI 2018, with kernel software timestamps):
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import random
@@ -43,6 +42,7 @@ from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 
 from agents.clock import Clock, ClockSpec
+from agents.messages import REPORT_SCHEMA, AgentStats, Hello, Report
 from agents.probe import (
     FOLLOWUP,
     FU_USER,
@@ -55,11 +55,9 @@ from agents.probe import (
     node_id,
 )
 
-__all__ = ["REPORT_SCHEMA", "Agent", "AgentConfig", "ClockView", "Reporter"]
+__all__ = ["Agent", "AgentConfig", "ClockView", "Reporter"]
 
 log = logging.getLogger("agents.agent")
-
-REPORT_SCHEMA = "nslab.report/1"
 
 # Linux socket API (include/uapi/asm-generic/socket.h, linux/net_tstamp.h, linux/errqueue.h)
 SO_TIMESTAMPING = 37              # SO_TIMESTAMPING_OLD: struct timespec[3] (native longs)
@@ -341,15 +339,16 @@ class Agent:
                             self.records.append((src, p.fu_pair_id, i, tx, done[i]))
 
     # ---- main loop ---------------------------------------------------------------------
-    def stats(self) -> dict:
+    def stats(self) -> AgentStats:
         """Counters for the coordinator (a snapshot; see API.md)."""
         c = self.counters
-        return {"probes_tx": c["probes_tx"], "probes_rx": self.filter.accepted,
-                "rejects": dict(self.filter.rejects), "send_errors": dict(self.send_errors),
-                "records_dropped": c["records_dropped"], "records_unsent": c["records_unsent"],
-                "tx_user_stamps": c["tx_user_stamps"], "rx_user_stamps": c["rx_user_stamps"],
-                "tx_stamps_missing": c["tx_stamps_missing"], "loop_errors": c["loop_errors"],
-                "peers_active": sorted(self.active_peers(time.monotonic()))}
+        return AgentStats(
+            probes_tx=c["probes_tx"], probes_rx=self.filter.accepted,
+            rejects=dict(self.filter.rejects), send_errors=dict(self.send_errors),
+            records_dropped=c["records_dropped"], records_unsent=c["records_unsent"],
+            tx_user_stamps=c["tx_user_stamps"], rx_user_stamps=c["rx_user_stamps"],
+            tx_stamps_missing=c["tx_stamps_missing"], loop_errors=c["loop_errors"],
+            peers_active=sorted(self.active_peers(time.monotonic())))
 
     def _step(self, start: float) -> float:
         """One loop pass: drain both queues, send the pairs that are due; returns the
@@ -403,12 +402,12 @@ class Agent:
             self.reporter.join(timeout=2.0)
             self.sock.close()
 
-    def hello(self) -> dict:
+    def hello(self) -> Hello:
+        """The first line of every connection to the coordinator."""
         cfg = self.cfg
-        return {"type": "hello", "schema": REPORT_SCHEMA, "name": cfg.name, "ip": cfg.bind,
-                "port": cfg.port, "rate": cfg.rate, "window_s": cfg.window_s,
-                "report_s": cfg.report_s, "start_ns": self.started_ns,
-                "peers": sorted(cfg.peers), "pid": os.getpid()}
+        return Hello(schema=REPORT_SCHEMA, name=cfg.name, ip=cfg.bind, port=cfg.port,
+                     rate=cfg.rate, window_s=cfg.window_s, report_s=cfg.report_s,
+                     start_ns=self.started_ns, peers=sorted(cfg.peers), pid=os.getpid())
 
 
 class Reporter(threading.Thread):
@@ -445,11 +444,9 @@ class Reporter(threading.Thread):
                 rows.setdefault(src, []).append([pid, i, tx, rx])
                 n += 1
             last = n < self.batch
-            msg = {"type": "report", "name": a.cfg.name, "t_ns": t_ns if last else None,
-                   "rx": rows}
-            if last:
-                msg["stats"] = a.stats()
-            lines.append(((json.dumps(msg, separators=(",", ":")) + "\n").encode(), n))
+            msg = Report(name=a.cfg.name, t_ns=t_ns if last else None, rx=rows,
+                         stats=a.stats() if last else None)
+            lines.append((msg.model_dump_json().encode() + b"\n", n))
             if last:
                 break
         for data, n in lines:
@@ -476,7 +473,7 @@ class Reporter(threading.Thread):
             log.info("connected to coordinator %s:%d", host, port)
             try:
                 sock.settimeout(2.0)
-                sock.sendall((json.dumps(self.agent.hello()) + "\n").encode())
+                sock.sendall(self.agent.hello().model_dump_json().encode() + b"\n")
                 while not self.stop.wait(self.agent.cfg.report_s):
                     # the coordinator never writes: readable means closed (or reset)
                     if select.select([sock], [], [], 0)[0] and sock.recv(4096) == b"":

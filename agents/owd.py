@@ -13,10 +13,14 @@ for Scalable, Fine-grained Clock Synchronization", NSDI 2018; percentiles are th
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["asymmetry_us", "owd_stats"]
+from agents.messages import OwdStats
+
+__all__ = ["asymmetry_us", "natural_key", "owd_stats"]
 
 
 def _ns(x, name: str) -> np.ndarray:
@@ -28,7 +32,7 @@ def _ns(x, name: str) -> np.ndarray:
     return a.astype(np.int64, copy=False)
 
 
-def owd_stats(tx_ns, rx_ns, offset_ns: float, drift_ppm: float, t_ref_ns: int) -> dict:
+def owd_stats(tx_ns, rx_ns, offset_ns: float, drift_ppm: float, t_ref_ns: int) -> OwdStats:
     """Corrected one-way delays of probes A -> B, summarised.
 
     Args:
@@ -37,8 +41,8 @@ def owd_stats(tx_ns, rx_ns, offset_ns: float, drift_ppm: float, t_ref_ns: int) -
         offset_ns, drift_ppm, t_ref_ns: the B - A clock fit (``PairFit`` fields).
 
     Returns:
-        ``{"min_us", "p50_us", "p99_us": float (us), "n": int}``; with no probe, ``n == 0``
-        and the delays are NaN (a window without traffic is not an error).
+        ``OwdStats`` (``min_us``, ``p50_us``, ``p99_us`` in us, ``n``); with no probe,
+        ``n == 0`` and the delays are None (a window without traffic is not an error).
 
     Raises:
         ValueError: arrays of different lengths, not 1-D or not integer; a non-finite fit.
@@ -50,28 +54,39 @@ def owd_stats(tx_ns, rx_ns, offset_ns: float, drift_ppm: float, t_ref_ns: int) -
     if not (math.isfinite(offset_ns) and math.isfinite(drift_ppm)):
         raise ValueError(f"non-finite clock fit: offset_ns={offset_ns}, drift_ppm={drift_ppm}")
     if tx.size == 0:
-        nan = float("nan")
-        return {"min_us": nan, "p50_us": nan, "p99_us": nan, "n": 0}
+        return OwdStats()
     base = round(float(offset_ns))  # integer part removed before float: keeps ns precision
     raw = (rx - tx - np.int64(base)).astype(np.float64)
     corr = (offset_ns - base) + drift_ppm * 1e-6 * (tx - np.int64(t_ref_ns)).astype(np.float64)
     owd_us = (raw - corr) / 1e3
     p50, p99 = np.percentile(owd_us, [50, 99])
-    return {"min_us": float(owd_us.min()), "p50_us": float(p50), "p99_us": float(p99),
-            "n": int(tx.size)}
+    return OwdStats(min_us=float(owd_us.min()), p50_us=float(p50), p99_us=float(p99),
+                    n=int(tx.size))
 
 
-def asymmetry_us(ab: dict, ba: dict) -> float:
-    """Median OWD of A -> B minus that of B -> A, us (> 0: A -> B is the slower direction).
+def natural_key(name: str) -> tuple:
+    """Sort key of a VM name in natural order: digit runs compare as numbers, so ``vm2``
+    sorts before ``vm10`` (ties, e.g. ``vm01`` and ``vm1``, by the plain string)."""
+    parts = re.split(r"(\d+)", name)
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts)), name
+
+
+def asymmetry_us(owd: Mapping[str, OwdStats]) -> dict[str, float]:
+    """OWD asymmetry of every pair measured both ways: the one definition the API serves.
 
     Args:
-        ab, ba: ``owd_stats`` results of the two directions, each with its receiver-minus-sender
-            fit (for B -> A that is ``PairFit.inverse()`` of the A -> B fit).
+        owd: ``{"a->b": OwdStats}``, each direction corrected with its own clock fit.
 
     Returns:
-        ``ab["p50_us"] - ba["p50_us"]``; NaN when a direction had no probe.
-
-    Raises:
-        KeyError: a dict without ``p50_us``.
+        ``{"a|b": p50(a->b) - p50(b->a)}`` in us, with ``a`` before ``b`` in natural order
+        (``natural_key``: ``vm2|vm10``); > 0: a -> b is the slower direction. A pair is
+        left out unless both directions have a median.
     """
-    return float(ab["p50_us"]) - float(ba["p50_us"])
+    out = {}
+    for key, ab in owd.items():
+        a, _, b = key.partition("->")
+        ba = owd.get(f"{b}->{a}")
+        if natural_key(a) < natural_key(b) and ba is not None and \
+                ab.p50_us is not None and ba.p50_us is not None:
+            out[f"{a}|{b}"] = ab.p50_us - ba.p50_us
+    return dict(sorted(out.items(), key=lambda kv: [natural_key(v) for v in kv[0].split("|")]))

@@ -19,6 +19,7 @@ from mininet.log import setLogLevel
 from lab import Lab
 from session import jobs
 from topo import LeafSpine
+from workloads.config import JobConfig
 
 COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather",
                "scatter", "all_to_all")
@@ -40,8 +41,9 @@ def main() -> None:
         vms = jobs.naive([v.name for v in lab.vms], args.ranks)
         for collective in COLLECTIVES:
             for size in (int(s) for s in args.sizes.split(",")):
-                e = jobs.run(lab, f"{collective}{size}", collective, vms, nbytes=size,
-                             iterations=args.iterations, warmup=1, timeout_s=120)
+                cfg = JobConfig(collective=collective, bytes=size,
+                                iterations=args.iterations, warmup=1, timeout_s=120)
+                e = jobs.run(lab, f"{collective}{size}", cfg, vms)
                 if e["error"]:
                     print(f"{collective:15s} {size:9d} error: {e['error']}")
                     continue

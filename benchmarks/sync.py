@@ -23,7 +23,7 @@ Cases (each a real lab with the agents, except ``solve``):
   apart; 10 pairs/s to 8 peers per agent (2 cores cannot carry 32 agents at 20 pairs/s to
   16 peers without saturating); when the agents' groups first equal the truth.
 * ``solve``: ``Coordinator.step`` time per window for 32 and 128 VMs with 16 peers each,
-  fed by ``lab.synthetic`` (no network).
+  fed by ``tests/synthetic.py`` (no network).
 
 Goals (issue 3): idle p99 |offset error| <= 2 us, drift <= 0.05 ppm, converged <= 10 s;
 70 % load p99 <= 10 us, and >= 10x better than the NTP-style baseline when the load is
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -43,9 +44,11 @@ from mininet.log import setLogLevel
 
 from agents.clock import ClockSpec, Oscillator, Segment
 from agents.coordinator import Coordinator
-from session import runner
 from session.scenario import load
-from lab.synthetic import T0_NS, simulate
+from session.session import Session
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from synthetic import T0_NS, simulate  # noqa: E402 - tests/ is on sys.path from here on
 
 
 def scenario(name: str, seconds: float, rate: float, **extra) -> dict:
@@ -91,7 +94,7 @@ def run_lab(doc: dict) -> dict:
         path = Path(d) / f"{doc['name']}.yaml"
         path.write_text(yaml.safe_dump(doc))
         sc, topo = load(str(path))
-        return runner.run(sc, topo, str(path))
+        return Session(sc, topo, str(path)).run()
 
 
 def row(case: str, res: dict) -> str:

@@ -1,8 +1,8 @@
 """The emulator: builds a topology into namespaces, shapes links, places VMs on physical hosts
-(cgroups), runs their clocks, injects faults, runs scenarios and records the ground truth.
+(cgroups), runs their clocks, injects faults and records the ground truth. Scenarios run one
+layer up, in ``session``.
 
-``Lab`` is imported lazily, so processes that run inside VMs (``workloads``) start without
-loading Mininet and pyroute2.
+``Lab`` is imported lazily, so ``import lab.errors`` does not load Mininet and pyroute2.
 """
 from lab.errors import CapabilityError, LabError, NotRootError, ScenarioError
 

@@ -24,6 +24,7 @@ from agents.messages import CoordinatorState
 from agents.probe import HEADER_LEN, TAG_LEN
 from lab.errors import LabError
 from lab.names import state_dir
+from workloads.stats import percentiles
 
 if TYPE_CHECKING:  # pragma: no cover
     from lab.lab import Lab
@@ -173,9 +174,7 @@ class AgentMesh:
         bits = [n * size * 8 / run_s for n in tx]
 
         def p50_max(xs: list[float], digits: int) -> dict:
-            if not xs:
-                return {"p50": None, "max": None}
-            return {"p50": round(xs[len(xs) // 2], digits), "max": round(xs[-1], digits)}
+            return percentiles(xs, ("p50", "max"), digits) or {"p50": None, "max": None}
 
         coord = use.get("coordinator")
         return {"run_s": round(run_s, 2), "agent_cpu_core": p50_max(agents, 4),

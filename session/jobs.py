@@ -1,7 +1,10 @@
-"""Collective jobs on the lab's VMs, and the choice of which VMs a tenant gives a job.
+"""Jobs on the lab's VMs, and the choice of which VMs a tenant gives a job.
 
-A job is ``workloads.job.Job``: one worker per rank, each started inside its VM through
-``nslab exec`` (its namespace, its physical host's cgroup, its clock). Placement policies:
+A job is ``workloads.job.Job`` (an NCCL collective or PyTorch DDP, configured by one
+``workloads.config.JobConfig``): one process per rank, each started inside its VM by the VM's
+``popen`` (Mininet's ``mnexec -da``: the VM's namespace, a new session; ``lab.nodes.VM``: the
+physical host's cgroups and ``NSLAB_CLOCK``), exactly as the lab starts its agents. Placement
+policies:
 
     * ``naive``: the first ``ranks`` VMs in name order (what a tenant gets without looking);
     * ``collocation_aware``: at most one VM per collocation group *found by the agents* (not
@@ -12,14 +15,21 @@ The truth then says whether the choice was right (``shared_host_ranks``).
 """
 from __future__ import annotations
 
-import sys
+import subprocess
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from lab.errors import LabError
-from workloads.ddp import DDPJob
-from workloads.job import Job
+from workloads.config import DDP, JobConfig
+from workloads.job import Job, Spawn
 
-PORT = 7800
+if TYPE_CHECKING:  # pragma: no cover
+    from lab.lab import Lab
+
+__all__ = ["DDP", "PORT", "collocation_aware", "naive", "run", "shared_host_ranks",
+           "vm_spawn"]
+
+PORT = 7800  # every rank listens on this port of its VM (DDP: rank 0's is the rendezvous)
 
 
 def naive(vms: Sequence[str], ranks: int) -> list[str]:
@@ -54,40 +64,54 @@ def shared_host_ranks(vms: Sequence[str], phys: dict[str, str]) -> int:
     return sum(1 for h in hosts if hosts.count(h) > 1)
 
 
-DDP = "ddp"  # the PyTorch DistributedDataParallel (gloo) workload, in place of a collective
+def vm_spawn(lab: Lab, vms: Sequence[str]) -> Spawn:
+    """A ``Job`` spawn that starts rank ``r`` in VM ``vms[r]`` with ``popen``.
+
+    ``mnexec -d`` makes the process a session and group leader itself, so the keyword
+    arguments must not ask for ``start_new_session`` (``mnexec`` would then fork and the
+    returned process would be a parent that exits at once).
+    """
+    nodes = [lab[v] for v in vms]
+
+    def spawn(rank: int, argv: list[str], **popen_kwargs) -> subprocess.Popen:
+        if popen_kwargs.get("start_new_session"):
+            raise ValueError("start_new_session: mnexec -d already starts a new session")
+        return nodes[rank].popen(argv, **popen_kwargs)
+    return spawn
 
 
-def run(lab, name: str, collective: str, vms: Sequence[str], timeout_s: float = 60.0,
-        **options) -> dict:
-    """Run a job with one rank per VM in ``vms`` (rank order); returns its ``jobs`` entry.
+def run(lab: Lab, name: str, config: JobConfig, vms: Sequence[str]) -> dict:
+    """Run a job with rank ``r`` in VM ``vms[r]``; returns its ``jobs`` results entry.
+
+    Stamps ``job_start`` (collective, vms) and ``job_end`` (completion_s, error) in the lab's
+    timeline. The ranks listen on ``PORT`` of their VM's address.
 
     Args:
         lab: a running ``Lab``.
-        collective: an NCCL collective name, or ``"ddp"`` for PyTorch DDP training.
-        options: ``Job`` options (nbytes or count, dtype, iterations, warmup, compute_units,
-            conns_per_peer, ...); for ``ddp`` only iterations, warmup and ``hidden``.
+        name: job name.
+        config: what to run (``JobConfig`` or a subclass such as the scenario's ``JobSpec``).
+        vms: one VM name per rank, rank order.
+
+    Returns:
+        name, collective (``config.DDP_LABEL`` for ddp), nccl_name, world, bytes (nccl-tests
+        size), dtype, iterations, compute_units, completion_s (s), iteration_s and comm_s
+        ({p50, p90, p99, max, mean}, s), algbw_bit_s, busbw_bit_s, wall_s, verified, error,
+        failed_ranks, placement {vms, phys, shared_host_ranks}; job failures are in ``error``.
+
+    Raises:
+        ValueError: ``config`` does not fit ``len(vms)`` ranks (root, size, source ports);
+            nothing was started or stamped.
+        KeyError: a VM name the lab does not have.
     """
-    nodes = [lab[v] for v in vms]
-    addresses = [f"{n.IP()}:{PORT}" for n in nodes]
-    prefix = [sys.executable, "-m", "cli.main", "exec", lab.name]
-    common = dict(command=lambda r: [*prefix, vms[r], "--"],
-                  placement={r: v for r, v in enumerate(vms)}, timeout=timeout_s)
-    lab.stamp("job_start", name, collective=collective, vms=list(vms))
-    if collective == DDP:
-        job = DDPJob(name, addresses, **common, **options)
-    else:
-        job = Job(name, collective, addresses, **common, **options)
-    with job:
-        job.start()
-        summary = job.wait()
-    if collective == DDP:
-        summary["collective"] = "ddp (torch gloo; gradient all_reduce)"
-    lab.stamp("job_end", name, completion_s=summary.get("completion_s"),
-              error=summary.get("error"))
+    addresses = [f"{lab[v].IP()}:{PORT}" for v in vms]
+    with Job(name, config, addresses, spawn=vm_spawn(lab, vms), placement=list(vms)) as job:
+        lab.stamp("job_start", name, collective=job.config.collective, vms=list(vms))
+        summary = job.run()
+    lab.stamp("job_end", name, completion_s=summary["completion_s"], error=summary["error"])
     keep = ("name", "collective", "nccl_name", "world", "bytes", "dtype", "iterations",
             "compute_units", "completion_s", "iteration_s", "comm_s", "algbw_bit_s",
             "busbw_bit_s", "wall_s", "verified", "error", "failed_ranks")
-    entry = {k: summary.get(k) for k in keep}
+    entry = {k: summary[k] for k in keep}
     entry["placement"] = {"vms": list(vms), "phys": [lab.phys[v] for v in vms],
                           "shared_host_ranks": shared_host_ranks(vms, lab.phys)}
     return entry

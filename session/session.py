@@ -364,18 +364,21 @@ class Session:
 
     # -- results ---------------------------------------------------------------------------
     def results(self) -> dict:
-        """The ``nslab.results/1`` document of a stopped session."""
-        doc = results.document(self.sc, self.source, self.lab, self.capabilities,
-                               self.sampler.summary(), self.placements)
+        """The ``nslab.results/1`` document of a stopped session, validated against
+        ``session.results.Results`` (``nslab schema results``).
+
+        Raises:
+            pydantic.ValidationError: a section that does not fit the model (a bug).
+        """
+        sections: dict = {}
         if self.load_entries:
-            doc["load"] = self.load_entries
+            sections["load"] = self.load_entries
         if self.mesh is not None:
-            doc.update(scoring.agent_sections(self.lab, self.mesh, self.watcher,
-                                              self._agent_cost or {}))
+            sections.update(scoring.agent_sections(self.lab, self.mesh, self.watcher,
+                                                   self._agent_cost or {}))
         if self.sc.jobs:
-            doc["jobs"] = [self.job_entries[s.name] for s in self.sc.jobs
-                           if s.name in self.job_entries]
-            comparison = scoring.placement_comparison(doc["jobs"])
-            if comparison:
-                doc["placement_comparison"] = comparison
-        return doc
+            sections["jobs"] = [self.job_entries[s.name] for s in self.sc.jobs
+                                if s.name in self.job_entries]
+            sections["placement_comparison"] = scoring.placement_comparison(sections["jobs"])
+        return results.document(self.sc, self.source, self.lab, self.capabilities,
+                                self.sampler.summary(), self.placements, **sections)

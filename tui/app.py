@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -21,7 +22,20 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
-from tui.backend import Backend, EventView, Snapshot
+from lab.events import (
+    ClockStep,
+    CpuHog,
+    Fault,
+    Flap,
+    LinkDown,
+    LinkUp,
+    Loss,
+    Migrate,
+    Pause,
+    Rate,
+    Resume,
+)
+from tui.backend import Backend, EventView, Snapshot, kind_of
 from tui.commands import NslabCommands
 from tui.screens import HelpScreen, ScenarioPicker
 from tui.widgets import (
@@ -287,32 +301,48 @@ class NslabApp(App):
         self.w_log.note(why, self.snap.time_s if self.snap else 0.0)
         self.notify(why, severity="warning", timeout=3)
 
-    def inject_link(self, kind: str, **params) -> None:
-        lk = self.w_fabric.selected_link
-        if lk is None or self.stopped:
-            self._refuse(f"{kind}: no link selected or lab not running")
-            return
-        self.control(f"{kind} {lk.key}", self.backend.inject, kind, a=lk.a, b=lk.b, **params)
+    def inject(self, fault: Fault) -> None:
+        """Apply ``fault`` through the backend (a worker); a refusal is logged."""
+        self.control(f"{fault.kind} {fault.target}", self.backend.inject, fault)
 
-    def inject_vm(self, kind: str, **params) -> None:
-        vm = self.selected_vm
-        if vm is None or self.stopped:
-            self._refuse(f"{kind}: no VM selected or lab not running")
-            return
-        self.control(f"{kind} {vm}", self.backend.inject, kind, vm=vm, **params)
+    def inject_link(self, fault_type: type[Fault], **params) -> None:
+        """Inject a link fault of ``fault_type`` (a ``lab.events`` class) on the selected link,
+        e.g. ``inject_link(Loss, percent=5.0)``."""
+        lk = self.w_fabric.selected_link
+        self._inject_on(fault_type, "link", (lk.a, lk.b) if lk else None, params)
+
+    def inject_vm(self, fault_type: type[Fault], **params) -> None:
+        """Inject a VM fault of ``fault_type`` (a ``lab.events`` class) on the selected VM,
+        e.g. ``inject_vm(Migrate, to="phys2")``."""
+        self._inject_on(fault_type, "vm", self.selected_vm, params)
+
+    def _inject_on(self, fault_type: type[Fault], field: str, target, params: dict) -> None:
+        """Build ``fault_type(field=target, **params)`` and inject it; a fault that does not
+        validate (pydantic) is refused with its reasons, as is one with nothing selected."""
+        kind = kind_of(fault_type)
+        if target is None or self.stopped:
+            noun = "VM" if field == "vm" else field
+            return self._refuse(f"{kind}: no {noun} selected or lab not running")
+        try:
+            fault = fault_type(**{field: target}, **params)
+        except ValidationError as e:
+            why = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}"
+                            for err in e.errors())
+            return self._refuse(f"{kind} refused: {why}")
+        self.inject(fault)
 
     def action_link_down(self) -> None:
-        self.inject_link("link_down")
+        self.inject_link(LinkDown)
 
     def action_link_up(self) -> None:
-        self.inject_link("link_up")
+        self.inject_link(LinkUp)
 
     def action_flap(self) -> None:
-        self.inject_link("flap", down_s=1.0, up_s=1.0, count=3)
+        self.inject_link(Flap, down_s=1.0, up_s=1.0, count=3)
 
     def action_loss(self) -> None:
         lk = self.w_fabric.selected_link
-        self.inject_link("loss", percent=0.0 if lk and lk.loss_percent else 5.0)
+        self.inject_link(Loss, percent=0.0 if lk and lk.loss_percent else 5.0)
 
     def action_rate(self) -> None:
         lk = self.w_fabric.selected_link
@@ -321,7 +351,7 @@ class NslabApp(App):
         if not lk.bw_mbit:
             return self._refuse(f"rate: {lk.key} is unshaped (no rate to change)")
         base = self._configured_rate.setdefault(lk.key, lk.bw_mbit)
-        self.inject_link("rate", mbit=base / 2 if lk.bw_mbit >= base else base)
+        self.inject_link(Rate, mbit=base / 2 if lk.bw_mbit >= base else base)
 
     @property
     def _configured_rate(self) -> dict[str, float]:
@@ -331,16 +361,16 @@ class NslabApp(App):
 
     def action_hog(self) -> None:
         v = self.snap.vm(self.selected_vm) if self.snap and self.selected_vm else None
-        self.inject_vm("cpu_hog", enable=not (v and v.hog))
+        self.inject_vm(CpuHog, enable=not (v and v.hog))
 
     def action_pause_vm(self) -> None:
         v = self.snap.vm(self.selected_vm) if self.snap and self.selected_vm else None
         if v is None:
             return self._refuse("pause: no VM selected")
-        self.inject_vm("resume" if v.paused else "pause")
+        self.inject_vm(Resume if v.paused else Pause)
 
     def action_clock_step(self) -> None:
-        self.inject_vm("clock_step", step_ms=2.0)
+        self.inject_vm(ClockStep, step_ms=2.0)
 
     def action_migrate(self) -> None:
         v = self.snap.vm(self.selected_vm) if self.snap and self.selected_vm else None
@@ -348,7 +378,7 @@ class NslabApp(App):
         if v is None or len(hosts) < 2:
             return self._refuse("migrate: needs a selected VM and two physical hosts")
         nxt = hosts[(hosts.index(v.phys) + 1) % len(hosts)] if v.phys in hosts else hosts[0]
-        self.inject_vm("migrate", phys=nxt)
+        self.inject_vm(Migrate, to=nxt)
 
     # -- scenario --------------------------------------------------------------------------
     def action_toggle_timeline(self) -> None:

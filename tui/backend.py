@@ -15,17 +15,21 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
-TIERS = {"vm": 0, "leaf": 1, "spine": 2, "superspine": 3}
+from lab.events import Fault
+from lab.observe import TIERS  # noqa: F401 - node tiers: the lab's, re-exported for views
+
 SCHEMA = "nslab.tui-recording/1"
 
-# Fault kinds the TUI injects, and what they target.
-LINK_KINDS = ("link_down", "link_up", "flap", "loss", "rate", "queue")
-VM_KINDS = ("cpu_hog", "pause", "resume", "clock_step", "migrate")
+
+def kind_of(fault_type: type[Fault]) -> str:
+    """The ``kind`` of a fault class of ``lab.events`` (``LinkDown`` -> "link_down")."""
+    return fault_type.model_fields["kind"].default
 
 
 @dataclass
 class NodeView:
-    """A fabric node: ``role`` vm/leaf/spine/superspine, ``tier`` 0 (VMs) .. 3 (super-spines)."""
+    """A fabric node: ``role`` vm/leaf/spine/superspine, ``tier`` 0 (VMs) .. 3 (super-spines)
+    (``lab.observe.TIERS``)."""
 
     name: str
     role: str
@@ -200,8 +204,11 @@ def _build(cls, doc: dict):
 class Backend(Protocol):
     """A running (or replayed) scenario. Methods may block; call them from worker threads.
 
-    Errors: ``inject`` raises ``lab.errors.LabError`` (or ``ValueError``) with a message for
-    the user when a fault cannot be applied; the others raise ``LabError`` on lab failures.
+    Faults are the typed models of ``lab.events`` (the one fault vocabulary).
+
+    Errors: ``inject`` raises ``lab.errors.LabError`` with a message for the user when the lab
+    refuses a fault (no such link or VM, a state that forbids it, a lab not running); the
+    others raise ``LabError`` on lab failures.
     """
 
     scenario: str
@@ -212,8 +219,9 @@ class Backend(Protocol):
     def snapshot(self) -> Snapshot:
         """The state now."""
 
-    def inject(self, kind: str, **args) -> EventView:
-        """Apply fault ``kind`` (``lab.faults.KINDS``) now; the stamped event."""
+    def inject(self, fault: Fault) -> EventView:
+        """Apply ``fault`` now (its ``at_s`` is ignored); the event it stamped (source "tui",
+        ``kind``/``target`` the fault's)."""
 
     def pause(self) -> None:
         """Hold the scenario timeline (faults already injected stay)."""

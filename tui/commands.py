@@ -6,6 +6,8 @@ from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from lab.events import ClockStep, Loss, Migrate, Queue, Rate
+
 
 class NslabCommands(Provider):
     """Commands built from the app's current snapshot."""
@@ -29,21 +31,21 @@ class NslabCommands(Provider):
         ]
         for pct in (0, 1, 5, 20, 50):
             cmds.append((f"Loss {pct}% ({link})",
-                         partial(app.inject_link, "loss", percent=float(pct)), "random loss"))
+                         partial(app.inject_link, Loss, percent=float(pct)), "random loss"))
         for mbit in (10, 25, 50, 100):
             cmds.append((f"Rate {mbit} Mbit/s ({link})",
-                         partial(app.inject_link, "rate", mbit=float(mbit)), "HTB rate"))
+                         partial(app.inject_link, Rate, mbit=float(mbit)), "HTB rate"))
         for packets in (10, 50, 100):
             cmds.append((f"Queue {packets} packets ({link})",
-                         partial(app.inject_link, "queue", packets=packets), "queue limit"))
+                         partial(app.inject_link, Queue, packets=packets), "queue limit"))
         for ms in (-5, -1, 1, 2, 5):
             cmds.append((f"Clock step {ms:+d} ms ({vm})",
-                         partial(app.inject_vm, "clock_step", step_ms=float(ms)), "clock"))
+                         partial(app.inject_vm, ClockStep, step_ms=float(ms)), "clock"))
         snap = app.snap
         if snap is not None:
             for host in snap.hosts:
                 cmds.append((f"Migrate {vm} to {host}",
-                             partial(app.inject_vm, "migrate", phys=host), "live migration"))
+                             partial(app.inject_vm, Migrate, to=host), "live migration"))
             for lk in snap.links:
                 cmds.append((f"Select link {lk.key}", partial(app.select_link, lk.a, lk.b),
                              "target of link faults"))

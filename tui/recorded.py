@@ -4,9 +4,10 @@ A recording is one JSON document ``{"schema": "nslab.tui-recording/1", "scenario
 "frames": [Snapshot.to_dict(), ...]}``, one frame per ``snapshot()`` of the live run.
 
 ``RecordedBackend`` plays the frames in order (one per ``snapshot()`` while the timeline runs,
-holding the last one), and keeps the controls honest: an injected fault is stamped into its
-event list and changes what later frames show (a link taken down stays down, a paused VM stays
-paused, ...), so Pilot tests can drive every control without a lab.
+holding the last one), and keeps the controls honest: an injected fault (a ``lab.events`` model)
+is stamped into its event list and changes what later frames show (a link taken down stays
+down, a paused VM stays paused, ...), and what the lab would refuse raises ``LabError``, so
+Pilot tests can drive every control without a lab.
 """
 from __future__ import annotations
 
@@ -14,6 +15,20 @@ import copy
 import json
 from pathlib import Path
 
+from lab.errors import LabError
+from lab.events import (
+    VM_KINDS,
+    ClockStep,
+    CpuHog,
+    Fault,
+    LinkDown,
+    LinkUp,
+    Loss,
+    Migrate,
+    Pause,
+    Rate,
+    Resume,
+)
 from tui.backend import SCHEMA, EventView, Snapshot
 
 RECORDINGS = Path(__file__).parent / "recordings"
@@ -92,53 +107,63 @@ class RecordedBackend:
             frame.state = "paused"
         return frame
 
-    def inject(self, kind: str, **args) -> EventView:
-        """Record the fault and let it show in later frames.
+    def inject(self, fault: Fault) -> EventView:
+        """Record the fault and let its effect show in later frames.
 
         Raises:
-            ValueError: unknown kind or missing arguments (as the lab would refuse them).
+            LabError: where the lab would refuse it: the lab is stopped, no such link or VM,
+                migrating to an unknown host, to the host the VM is on or while it is paused,
+                a new rate for an unshaped link.
         """
         if self.stopped:
-            raise ValueError("the lab is stopped")
+            raise LabError("the lab is stopped")
         frame = self._frame()
-        if "a" in args:
-            a, b = args["a"], args["b"]
-            if frame.link(a, b) is None:
-                raise ValueError(f"no link between {a} and {b}")
-            key, target = frozenset((a, b)), f"{a}-{b}"
-            params = {k: v for k, v in args.items() if k not in ("a", "b")}
-            if kind in ("link_down", "link_up"):
-                self.down[key] = kind == "link_down"
-            elif kind == "loss":
-                self.loss[key] = float(args["percent"])
-            elif kind == "rate":
-                self.rate[key] = float(args["mbit"])
-            elif kind not in ("flap", "queue"):
-                raise ValueError(f"fault {kind} does not apply to a link")
-        elif "vm" in args:
-            vm = args["vm"]
-            if frame.vm(vm) is None:
-                raise ValueError(f"no VM {vm!r}")
-            target, params = vm, {k: v for k, v in args.items() if k != "vm"}
-            st = self.vm_state.setdefault(vm, {})
-            if kind == "cpu_hog":
-                st["hog"] = bool(args.get("enable", True))
-            elif kind in ("pause", "resume"):
-                st["paused"] = kind == "pause"
-            elif kind == "clock_step":
-                st["step_ms"] = st.get("step_ms", 0.0) + float(args["step_ms"])
-            elif kind == "migrate":
-                if args["phys"] == frame.vm(vm).phys and "phys" not in st:
-                    raise ValueError(f"{vm} already runs on {args['phys']}")
-                st["phys"] = args["phys"]
-            else:
-                raise ValueError(f"fault {kind} does not apply to a VM")
+        if fault.kind in VM_KINDS:
+            self._apply_vm(frame, fault)
         else:
-            raise ValueError(f"fault {kind}: name a link (a, b) or a vm")
-        ev = EventView(t_s=frame.time_s, kind=kind, target=target, params=params, source="tui")
+            self._apply_link(frame, fault)
+        ev = EventView(t_s=frame.time_s, kind=fault.kind, target=fault.target,
+                       params=fault.params(), source="tui")
         self.injected.append(ev)
-        self.calls.append(f"inject {kind} {target}")
+        self.calls.append(f"inject {fault.kind} {fault.target}")
         return ev
+
+    def _apply_link(self, frame: Snapshot, fault: Fault) -> None:
+        a, b = fault.link
+        lk = frame.link(a, b)
+        if lk is None:
+            raise LabError(f"no link between {a} and {b}")
+        key = frozenset(fault.link)
+        if isinstance(fault, (LinkDown, LinkUp)):
+            self.down[key] = isinstance(fault, LinkDown)
+        elif isinstance(fault, Loss):
+            self.loss[key] = fault.percent
+        elif isinstance(fault, Rate):
+            if not lk.bw_mbit:
+                raise LabError(f"link {fault.target} has no rate limit to change; give it a bw")
+            self.rate[key] = fault.mbit
+        # Flap and Queue: stamped only (no frame field shows them)
+
+    def _apply_vm(self, frame: Snapshot, fault: Fault) -> None:
+        vm = frame.vm(fault.vm)
+        if vm is None:
+            raise LabError(f"no VM {fault.vm!r}")
+        st = self.vm_state.setdefault(fault.vm, {})
+        if isinstance(fault, CpuHog):
+            st["hog"] = fault.enable
+        elif isinstance(fault, (Pause, Resume)):
+            st["paused"] = isinstance(fault, Pause)
+        elif isinstance(fault, ClockStep):
+            st["step_ms"] = st.get("step_ms", 0.0) + fault.step_ms
+        elif isinstance(fault, Migrate):
+            on = st.get("phys", vm.phys)
+            if frame.hosts and fault.to not in frame.hosts:
+                raise LabError(f"no physical host {fault.to!r}; hosts: {frame.hosts}")
+            if fault.to == on:
+                raise LabError(f"{fault.vm} already runs on {fault.to}")
+            if st.get("paused", vm.paused):
+                raise LabError(f"{fault.vm} is paused; resume it before migrating")
+            st["phys"] = fault.to
 
     def pause(self) -> None:
         self.calls.append("pause")
@@ -186,8 +211,8 @@ class Recorder:
         self.frames.append(snap.to_dict())
         return snap
 
-    def inject(self, kind: str, **args) -> EventView:
-        return self.inner.inject(kind, **args)
+    def inject(self, fault: Fault) -> EventView:
+        return self.inner.inject(fault)
 
     def pause(self) -> None:
         self.inner.pause()

@@ -1,17 +1,23 @@
-"""Collective-communication workloads that run inside the lab's VMs.
+"""Workloads that run inside the lab's VMs (and on real VMs: nothing here imports the lab).
 
-A job is N worker processes (ranks), one per VM, connected by a TCP mesh. Each worker runs one
-NCCL-style collective for a number of iterations on numpy buffers, separated by a compute
-phase of real CPU work, times every iteration with its VM clock and checks the result exactly
-against a local computation.
+A job is N rank processes, one per VM. A collective job connects its ranks by a TCP mesh; each
+rank runs one NCCL-style collective for a number of iterations on numpy buffers, separated by
+a compute phase of real CPU work, times every iteration with its VM clock and checks the
+result exactly against a local computation. A ddp job trains a small model with PyTorch
+DistributedDataParallel (gloo) instead.
 
 Modules:
+    config:      ``JobConfig``, the one definition of a job's configuration (the scenario's
+                 ``JobSpec`` subclasses it), and ``WorkerConfig``, what one rank receives.
     errors:      the typed errors (``WorkloadError`` and subclasses).
     transport:   ``Mesh``, the TCP mesh between the ranks of a job (connections per peer,
                  path hints: source port and DSCP).
     collectives: the algorithms (AllReduce, Broadcast, Reduce, AllGather, ReduceScatter,
                  Gather, Scatter, AllToAll), deterministic inputs, reference results and
                  nccl-tests' bus-bandwidth factors.
-    worker:      the per-rank program, ``python -m workloads.worker``.
-    job:         ``run_job``/``Job``: start the N workers, enforce the job timeout, summarize.
+    worker:      the per-rank program, ``python -m workloads.worker --config JSON``.
+    ddp:         the PyTorch DDP rank, ``python -m workloads.ddp --config JSON``.
+    job:         ``Job``/``run_job``: start the N ranks through a ``spawn`` callable, enforce
+                 the job timeout, summarize.
+    stats:       ``percentiles``, the project's one percentile helper.
 """

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from lab.errors import LabError
 
-
-class WorkloadError(LabError):
-    """Base class: a collective job could not run or did not complete."""
+class WorkloadError(Exception):
+    """Base class: a job could not run or did not complete (workloads import nothing from
+    the lab, so this is not a ``LabError``)."""
 
     kind = "error"
 

@@ -1,32 +1,37 @@
-"""Launch a collective job: N worker processes, one per rank, and summarize their reports.
+"""Launch a job: N rank processes, one per rank, and summarize their reports.
 
-``run_job`` starts ``[*command(rank), python, -m, workloads.worker, ...]`` for every rank
-(``command`` maps a rank to a command prefix: nothing for a local process, the argv that enters
-a VM's namespace and cgroup in the lab), waits for all of them with a timeout, and returns a
-summary (schema ``nslab.job/1``) whose core fields are the ``jobs`` entries of
-``nslab.results/1``:
+``Job`` starts ``[python, -m, workloads.worker (workloads.ddp for ddp), --config JSON]`` for
+every rank through ``spawn(rank, argv, **popen_kwargs)`` (``local_spawn``: a local process in a
+new session; the lab passes one that starts the process inside the rank's VM), waits for all of
+them with a timeout, and returns a summary (schema ``nslab.job/1``) whose core fields are the
+``jobs`` entries of ``nslab.results/1``:
 
-    schema, name, collective, nccl_name, world, placement ({"rank": host}), count (NCCL
-    count, elements), bytes (nccl-tests size), dtype, op, root, iterations, warmup,
-    compute_units, conns_per_peer, completion_s (the slowest rank's first-to-last timed
-    iteration, VM clocks), iteration_s and comm_s ({p50, p90, p99, max, mean}, s, over
-    iterations; each iteration counts as its slowest rank's duration), algbw_bit_s and
-    busbw_bit_s (nccl-tests: size / mean collective time, averaged over ranks as its default
-    ``-a 1``; busbw = algbw * bus_factor), bus_factor, wall_s (launch to last exit, host
-    clock), verified (every rank verified every iteration), error (None, or the ranks'
-    errors with root causes first: ranks without a report, then unreachable/config/timeout,
-    then lost peers), failed_ranks, ranks (per rank: rank, host, pid, exit_code, killed,
-    verified, error, error_kind), workers (the raw nslab.worker/1 documents, None where
-    missing).
+    schema, name, collective (snake case; for ddp ``config.DDP_LABEL``), nccl_name, world,
+    placement ({"rank": host}), count (NCCL count, elements), bytes (nccl-tests size), dtype,
+    op, root, iterations, warmup, compute_units, conns_per_peer, completion_s (the slowest
+    rank's first-to-last timed iteration, VM clocks), iteration_s and comm_s ({p50, p90, p99,
+    max, mean}, s, over iterations, ``stats.percentiles``; each iteration counts as its
+    slowest rank's duration), algbw_bit_s and busbw_bit_s (nccl-tests: size / mean collective
+    time, averaged over ranks as its default ``-a 1``; busbw = algbw * bus_factor),
+    bus_factor, wall_s (launch to last exit, host clock), verified (every rank verified every
+    iteration), error (None, or the ranks' errors with root causes first: ranks without a
+    report, then config/unreachable/timeout, then lost peers), failed_ranks, ranks (per rank:
+    rank, host, pid, exit_code, killed, verified, error, error_kind), workers (the raw
+    nslab.worker/1 documents, None where missing).
 
 Timing values that need every rank (completion_s, percentiles, bandwidths) are None when any
 rank failed.
 
-Each worker gets ``--timeout`` and ends itself with a JSON error when peers are unreachable or
-die. The runner waits ``timeout + kill_grace_s`` in total; then it sends SIGTERM (the worker
-still reports) and, a second later, SIGKILL. It signals only the process groups it created:
-every worker starts in a new session whose group id is the PID the runner started, so a
-prefix that forks (``sudo``, ``nsenter -F``) is covered and nothing else is touched.
+Each rank ends itself with a JSON error when peers are unreachable or die, or ``timeout_s``
+(+ 2 s) after it started. The runner waits ``timeout_s + kill_grace_s`` in total; then it
+sends SIGTERM to the rank's process group (the rank still reports) and, a second later,
+SIGKILL. It signals only the process groups it created: ``spawn`` must return a process that
+leads its own process group (``start_new_session=True`` locally; Mininet's ``mnexec -d``
+calls ``setsid`` in the lab), so whatever the rank forks is covered and nothing else is
+touched. Before the leader has called ``setsid`` (a few microseconds after the start under
+``mnexec``), a signal goes to the process itself.
+
+Source of the bandwidth definitions: nccl-tests, doc/PERFORMANCE.md.
 """
 from __future__ import annotations
 
@@ -40,26 +45,42 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+from pydantic import ValidationError
 
 from workloads import collectives as coll
-from workloads.transport import PathHints, parse_address
+from workloads.config import (
+    DDP,
+    DDP_LABEL,
+    JobConfig,
+    WorkerConfig,
+    as_job_config,
+    describe,
+    read_json_argument,
+)
+from workloads.stats import percentiles
 from workloads.worker import SCHEMA as WORKER_SCHEMA
-from workloads.worker import parse_size
 
 if TYPE_CHECKING:
     from typing import Self
 
 SCHEMA = "nslab.job/1"
-WORKER_MODULE = "workloads.worker"
 THREAD_LIMITS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _CAUSE_ORDER = {None: 0, "config": 1, "unreachable": 2, "timeout": 3, "internal": 4,
                 "verify": 5, "terminated": 6, "peer_lost": 7}
 
-CommandPrefix = Callable[[int], Sequence[str]]
+Spawn = Callable[..., subprocess.Popen]
+"""``spawn(rank, argv, **popen_kwargs) -> subprocess.Popen``: start rank ``rank``'s ``argv``
+with the given ``Popen`` keyword arguments (stdin, stdout, stderr, env), as the leader of a new
+process group."""
+
+
+def local_spawn(rank: int, argv: list[str], **popen_kwargs) -> subprocess.Popen:
+    """Start ``argv`` as a local process in a new session (its own process group)."""
+    return subprocess.Popen(argv, start_new_session=True, **popen_kwargs)
 
 
 def loopback_addresses(n: int, host: str = "127.0.0.1") -> list[str]:
@@ -77,95 +98,48 @@ def loopback_addresses(n: int, host: str = "127.0.0.1") -> list[str]:
             s.close()
 
 
-def percentiles(values: Sequence[float]) -> dict[str, float] | None:
-    """``{p50, p90, p99, max, mean}`` of ``values`` (linear interpolation), None if empty."""
-    if not len(values):
-        return None
-    v = np.asarray(values, dtype=float)
-    p50, p90, p99 = np.percentile(v, [50, 90, 99])
-    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "max": float(v.max()),
-            "mean": float(v.mean())}
-
-
 class Job:
-    """N worker processes of one collective job.
+    """N rank processes of one job (an NCCL collective or DDP training).
 
     Args:
         name: job name (ranks of other jobs refuse each other's connections).
-        collective: ``collectives.COLLECTIVES`` name (NCCL names accepted).
+        config: what to run (a ``JobConfig`` or a subclass such as the scenario's ``JobSpec``;
+            only the ``JobConfig`` fields reach the ranks).
         addresses: ``host:port`` of every rank, in rank order; world = len(addresses).
-        command: rank -> command prefix (default: none, a local process).
-        placement: rank -> host name for the summary (default: the address's host).
-        count: NCCL count in elements, or
-        nbytes: nccl-tests size in bytes (exactly one of the two).
-        dtype, op, root, iterations, warmup, compute_units, conns_per_peer, src_port_base,
-        dscp, connect_timeout, timeout, seed: as the worker's options (seconds for times).
-        env: extra environment, a mapping or rank -> mapping (e.g. NSLAB_CLOCK per VM); the
-            BLAS thread limits ``THREAD_LIMITS`` are set unless given.
-        python: the interpreter that runs the worker.
-        kill_grace_s: how long past ``timeout`` the runner waits before signalling (s).
+        spawn: starts one rank (see ``Spawn``; default ``local_spawn``).
+        placement: host name of every rank for the summary (default: the address's host).
+        kill_grace_s: how long past ``config.timeout_s`` the runner waits before signalling (s).
         workdir: where each rank's stdout/stderr go (kept); default a temporary directory
             removed by ``close``.
 
     Raises:
-        ValueError: inconsistent parameters (before anything starts).
+        ValueError: the configuration does not fit the addresses (root, size, source ports,
+            an address that is not host:port), before anything starts.
     """
 
-    def __init__(self, name: str, collective: str, addresses: Sequence[str], *,
-                 command: CommandPrefix | None = None,
-                 placement: Mapping[int, str] | Sequence[str] | None = None,
-                 count: int | None = None, nbytes: int | None = None, dtype: str = "float32",
-                 op: str = "sum", root: int = 0, iterations: int = 10, warmup: int = 2,
-                 compute_units: int = 0, conns_per_peer: int = 1,
-                 src_port_base: int | None = None, dscp: Sequence[int] = (),
-                 connect_timeout: float = 10.0, timeout: float = 60.0, seed: int = 0,
-                 env: Mapping[str, str] | Callable[[int], Mapping[str, str]] | None = None,
-                 python: str = sys.executable, kill_grace_s: float = 5.0,
-                 workdir: str | None = None):
+    def __init__(self, name: str, config: JobConfig, addresses: Sequence[str], *,
+                 spawn: Spawn = local_spawn, placement: Sequence[str] | None = None,
+                 kill_grace_s: float = 5.0, workdir: str | None = None):
         self.name = name
-        self.collective = coll.collective_name(collective)
-        self.addresses = list(addresses)
-        self.world = len(self.addresses)
-        if self.world < 1:
-            raise ValueError("a job needs at least one address")
-        for a in self.addresses:
-            parse_address(a)
-        dt = coll.dtype_of(dtype)
-        self.dtype = dt.name
-        coll.check_op(op, dt)
-        PathHints(src_port_base, tuple(dscp))
-        if (count is None) == (nbytes is None):
-            raise ValueError("give exactly one of count and nbytes")
-        self.count = count if count is not None else coll.count_from_bytes(
-            self.collective, self.world, nbytes, dt.itemsize)  # type: ignore[arg-type]
-        if self.count < 1:
-            raise ValueError(f"{nbytes} bytes give no element per rank for {self.collective} "
-                             f"of {self.dtype} on {self.world} ranks")
-        if not 0 <= root < self.world:
-            raise ValueError(f"root {root} is outside 0..{self.world - 1}")
-        if iterations < 1 or warmup < 0 or compute_units < 0 or conns_per_peer < 1:
-            raise ValueError("need iterations >= 1, warmup >= 0, compute_units >= 0, "
-                             "conns_per_peer >= 1")
-        if timeout <= 0 or connect_timeout <= 0:
-            raise ValueError("timeouts must be > 0 s")
-        self.op, self.root, self.iterations, self.warmup = op, root, iterations, warmup
-        self.compute_units, self.conns_per_peer = compute_units, conns_per_peer
-        self.src_port_base, self.dscp = src_port_base, tuple(dscp)
-        self.connect_timeout, self.timeout, self.seed = connect_timeout, timeout, seed
-        self.command = command or (lambda rank: ())
-        if placement is None:
-            self.placement = {r: parse_address(a)[0] for r, a in enumerate(self.addresses)}
-        elif isinstance(placement, Mapping):
-            self.placement = {int(r): str(h) for r, h in placement.items()}
-        else:
-            self.placement = dict(enumerate(placement))
-        self.env = env
-        self.python = python
+        self.config = as_job_config(config)
+        try:
+            self.rank_config = WorkerConfig(name=name, rank=0, peers=list(addresses),
+                                            job=self.config)
+        except ValidationError as e:
+            raise ValueError(f"job {name}: {describe(e)}") from None
+        self.addresses = self.rank_config.peers
+        self.world = self.rank_config.world
+        self.count = self.rank_config.count
+        self.spawn = spawn
+        hosts = placement if placement is not None else [a.rsplit(":", 1)[0].strip("[]")
+                                                         for a in self.addresses]
+        self.placement = dict(enumerate(hosts))
         self.kill_grace_s = kill_grace_s
         self._own_dir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix=f"nslab-job-{name}-")
         os.makedirs(self.workdir, exist_ok=True)
         self._procs: dict[int, subprocess.Popen] = {}
+        self._start_errors: dict[int, str] = {}
         self._killed: set[int] = set()
         self._t0: float | None = None
         self._summary: dict | None = None
@@ -177,35 +151,21 @@ class Job:
         self.close()
 
     def worker_argv(self, rank: int) -> list[str]:
-        """The full argv of rank ``rank`` (prefix, interpreter, worker options)."""
-        argv = [*self.command(rank), self.python, "-m", WORKER_MODULE,
-                "--rank", str(rank), "--peers", ",".join(self.addresses),
-                "--collective", self.collective, "--count", str(self.count),
-                "--dtype", self.dtype, "--op", self.op, "--root", str(self.root),
-                "--iters", str(self.iterations), "--warmup", str(self.warmup),
-                "--compute-units", str(self.compute_units),
-                "--conns", str(self.conns_per_peer),
-                "--connect-timeout", str(self.connect_timeout),
-                "--timeout", str(self.timeout), "--seed", str(self.seed), "--job", self.name]
-        if self.src_port_base is not None:
-            argv += ["--src-port-base", str(self.src_port_base)]
-        if self.dscp:
-            argv += ["--dscp", ",".join(map(str, self.dscp))]
-        return argv
+        """The argv of rank ``rank``: the interpreter, the rank's module and its
+        ``WorkerConfig`` as JSON."""
+        module = "workloads.ddp" if self.config.collective == DDP else "workloads.worker"
+        cfg = self.rank_config.model_copy(update={"rank": rank})
+        return [sys.executable, "-m", module, "--config", cfg.model_dump_json()]
 
-    def _env(self, rank: int) -> dict[str, str]:
+    def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         for k, v in THREAD_LIMITS.items():
             env.setdefault(k, v)
-        extra = self.env(rank) if callable(self.env) else (self.env or {})
-        env.update(extra)
         return env
 
     def log_path(self, rank: int, stream: str = "err") -> str:
         """Where rank ``rank``'s ``"out"`` (the JSON report) or ``"err"`` (progress) goes."""
         return os.path.join(self.workdir, f"rank{rank}.{stream}")
-
-    _path = log_path
 
     @property
     def pids(self) -> dict[int, int]:
@@ -213,27 +173,28 @@ class Job:
         return {r: p.pid for r, p in self._procs.items()}
 
     def start(self) -> Job:
-        """Start every rank. A rank whose command cannot start at all is reported as failed
-        by ``wait`` (the others then fail to reach it)."""
-        if self._procs:
+        """Start every rank through ``spawn`` (environment: ours plus ``THREAD_LIMITS``). A rank
+        whose process cannot start at all is reported as failed by ``wait`` (the others then
+        fail to reach it)."""
+        if self._t0 is not None:
             raise RuntimeError("job already started")
         self._t0 = time.monotonic()
-        self._start_errors: dict[int, str] = {}
         for rank in range(self.world):
             argv = self.worker_argv(rank)
-            with open(self._path(rank, "out"), "wb") as out, \
-                    open(self._path(rank, "err"), "wb") as err:
+            with open(self.log_path(rank, "out"), "wb") as out, \
+                    open(self.log_path(rank, "err"), "wb") as err:
                 try:
-                    self._procs[rank] = subprocess.Popen(
-                        argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                        env=self._env(rank), start_new_session=True)
+                    self._procs[rank] = self.spawn(rank, argv, stdin=subprocess.DEVNULL,
+                                                   stdout=out, stderr=err, env=self._env())
                 except OSError as e:
                     self._start_errors[rank] = f"cannot start {argv[0]!r}: {e}"
         return self
 
     def kill(self, rank: int | None = None, sig: int = signal.SIGKILL) -> None:
         """Signal the process group of one rank (or every rank still running): only groups
-        this runner created, and only while their leader has not been reaped."""
+        this runner created, and only while their leader has not been reaped. A leader that
+        has no group of its own yet (``mnexec`` before its ``setsid``) gets the signal
+        itself."""
         ranks = [rank] if rank is not None else list(self._procs)
         for r in ranks:
             p = self._procs.get(r)
@@ -242,7 +203,7 @@ class Job:
             try:
                 os.killpg(p.pid, sig)
             except ProcessLookupError:
-                pass
+                p.send_signal(sig)
 
     def _stop_all(self) -> None:
         running = [r for r, p in self._procs.items() if p.poll() is None]
@@ -257,14 +218,18 @@ class Job:
                 self.kill(r, signal.SIGKILL)
                 self._procs[r].wait()
 
+    def run(self) -> dict:
+        """``start`` then ``wait``: the summary."""
+        return self.start().wait()
+
     def wait(self) -> dict:
-        """Wait for every rank (at most ``timeout + kill_grace_s`` after ``start``), stop the
+        """Wait for every rank (at most ``timeout_s + kill_grace_s`` after ``start``), stop the
         stragglers, and return the summary."""
         if self._summary is not None:
             return self._summary
         if self._t0 is None:
             raise RuntimeError("job not started")
-        limit = self._t0 + self.timeout + self.kill_grace_s
+        limit = self._t0 + self.config.timeout_s + self.kill_grace_s
         try:
             for p in self._procs.values():
                 p.wait(max(0.0, limit - time.monotonic()))
@@ -295,7 +260,7 @@ class Job:
 
     def _report(self, rank: int) -> dict | None:
         try:
-            with open(self._path(rank, "out"), errors="replace") as f:
+            with open(self.log_path(rank, "out"), errors="replace") as f:
                 lines = f.read().splitlines()
         except OSError:
             return None
@@ -315,7 +280,7 @@ class Job:
         p = self._procs[rank]
         rc = p.returncode
         if rank in self._killed:
-            what = (f"still running after the job timeout ({self.timeout:g} s + "
+            what = (f"still running after the job timeout ({self.config.timeout_s:g} s + "
                     f"{self.kill_grace_s:g} s grace), killed")
         elif rc is not None and rc < 0:
             try:
@@ -325,7 +290,7 @@ class Job:
         else:
             what = f"exited with status {rc}"
         try:
-            with open(self._path(rank, "err"), errors="replace") as f:
+            with open(self.log_path(rank, "err"), errors="replace") as f:
                 tail = [ln for ln in f.read().splitlines() if ln.strip()][-2:]
         except OSError:
             tail = []
@@ -338,16 +303,15 @@ class Job:
             if row["error"] is None:
                 row["error"] = f"rank {row['rank']}: not verified"
         ok = not failed and all(d is not None for d in docs)
-        size = coll.size_bytes(self.collective, self.world, self.count,
-                               coll.dtype_of(self.dtype).itemsize)
-        factor = coll.bus_factor(self.collective, self.world)
+        c, algorithm = self.config, self.config.algorithm
+        size = self.rank_config.nbytes
+        factor = coll.bus_factor(algorithm, self.world)
         completion = iteration = comm = algbw = busbw = None
         if ok:
             good = [d for d in docs if d is not None]
-            its = np.array([d["iteration_s"] for d in good], dtype=float)
             comms = np.array([d["comm_s"] for d in good], dtype=float)
             completion = float(max(d["elapsed_s"] for d in good))
-            iteration = percentiles(its.max(axis=0))
+            iteration = percentiles(np.max([d["iteration_s"] for d in good], axis=0))
             comm = percentiles(comms.max(axis=0))
             t = float(comms.mean(axis=1).mean())
             if t > 0:
@@ -356,16 +320,16 @@ class Job:
         causes = sorted(failed, key=lambda row: (
             _CAUSE_ORDER.get(row["error_kind"], 4) if docs[row["rank"]] is not None else -1,
             row["rank"]))
-        rooted = self.collective in coll.ROOTED
         return {
-            "schema": SCHEMA, "name": self.name, "collective": self.collective,
-            "nccl_name": coll.NCCL_NAMES[self.collective], "world": self.world,
+            "schema": SCHEMA, "name": self.name,
+            "collective": DDP_LABEL if c.collective == DDP else c.collective,
+            "nccl_name": coll.NCCL_NAMES[algorithm], "world": self.world,
             "placement": {str(r): self.placement.get(r) for r in range(self.world)},
-            "count": self.count, "bytes": size, "dtype": self.dtype,
-            "op": self.op if self.collective in coll.REDUCING else None,
-            "root": self.root if rooted else None,
-            "iterations": self.iterations, "warmup": self.warmup,
-            "compute_units": self.compute_units, "conns_per_peer": self.conns_per_peer,
+            "count": self.count, "bytes": size, "dtype": c.dtype,
+            "op": c.op if algorithm in coll.REDUCING else None,
+            "root": c.root if algorithm in coll.ROOTED else None,
+            "iterations": c.iterations, "warmup": c.warmup,
+            "compute_units": c.compute_units, "conns_per_peer": c.conns_per_peer,
             "completion_s": completion, "iteration_s": iteration, "comm_s": comm,
             "algbw_bit_s": algbw, "busbw_bit_s": busbw, "bus_factor": factor,
             "wall_s": wall_s, "verified": ok,
@@ -382,54 +346,45 @@ class Job:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def run_job(name: str, collective: str, addresses: Sequence[str],
-            command: CommandPrefix | None = None, **options) -> dict:
-    """Run a collective job to completion and return its ``nslab.job/1`` summary.
+def run_job(name: str, config: JobConfig, addresses: Sequence[str],
+            spawn: Spawn = local_spawn, **options) -> dict:
+    """Run a job to completion and return its ``nslab.job/1`` summary.
 
     Args:
         name: job name.
-        collective: e.g. "all_reduce" (NCCL names accepted).
+        config: what to run.
         addresses: ``host:port`` of every rank, in rank order.
-        command: rank -> command prefix (default: a local process).
-        **options: the keyword arguments of ``Job`` (count or nbytes, dtype, op, root,
-            iterations, warmup, compute_units, conns_per_peer, src_port_base, dscp,
-            connect_timeout, timeout, seed, env, placement, python, kill_grace_s, workdir).
+        spawn: starts one rank (default: a local process).
+        **options: the other keyword arguments of ``Job`` (placement, kill_grace_s, workdir).
 
     Returns:
         The summary; failures are in ``error``/``failed_ranks``, never raised.
 
     Raises:
-        ValueError: inconsistent parameters (nothing was started).
+        ValueError: the configuration does not fit the addresses (nothing was started).
     """
-    with Job(name, collective, addresses, command=command, **options) as job:
-        job.start()
-        return job.wait()
+    with Job(name, config, addresses, spawn=spawn, **options) as job:
+        return job.run()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m workloads.job``: run a local job on loopback and print its summary."""
     p = argparse.ArgumentParser(prog="python -m workloads.job",
-                                description="Run a collective job of local processes on "
-                                            "loopback and print its nslab.job/1 summary.")
-    p.add_argument("--world", type=int, default=4)
-    p.add_argument("--collective", default="all_reduce")
-    p.add_argument("--bytes", dest="nbytes", type=parse_size, default=1 << 20)
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--op", default="sum")
-    p.add_argument("--root", type=int, default=0)
-    p.add_argument("--iters", dest="iterations", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--compute-units", type=int, default=0)
-    p.add_argument("--conns", dest="conns_per_peer", type=int, default=1)
-    p.add_argument("--timeout", type=float, default=60.0)
+                                description="Run a job of local processes on loopback and "
+                                            "print its nslab.job/1 summary.")
+    p.add_argument("--world", type=int, default=4, help="number of ranks")
+    p.add_argument("--config", metavar="JSON|@PATH", default="{}",
+                   help="the JobConfig as JSON or @PATH (see python -m workloads.worker "
+                        "--help for its fields); default {} (all_reduce of 1 MiB)")
     p.add_argument("--full", action="store_true", help="include the per-rank documents")
     a = p.parse_args(argv)
     try:
-        summary = run_job("local", a.collective, loopback_addresses(a.world), nbytes=a.nbytes,
-                          dtype=a.dtype, op=a.op, root=a.root, iterations=a.iterations,
-                          warmup=a.warmup, compute_units=a.compute_units,
-                          conns_per_peer=a.conns_per_peer, timeout=a.timeout)
-    except ValueError as e:
+        config = JobConfig.model_validate_json(read_json_argument(a.config))
+        summary = run_job("local", config, loopback_addresses(a.world))
+    except ValidationError as e:
+        print(f"error: {describe(e)}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if not a.full:

@@ -5,6 +5,7 @@ import time
 
 from session import jobs
 from topo import LeafSpine
+from workloads.config import JobConfig
 
 COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather",
                "scatter", "all_to_all")
@@ -15,15 +16,17 @@ def test_every_collective_verifies_in_a_lab(make_lab):
     vms = ["vm1", "vm2", "vm3"]  # two leaves, ECMP between them
     for i, collective in enumerate(COLLECTIVES):
         nbytes = 4 * 1001 if i % 2 else 4 * 7  # counts not divisible by 3 ranks
-        e = jobs.run(lab, f"j{i}", collective, vms, nbytes=nbytes, iterations=2, warmup=0,
-                     timeout_s=30)
+        cfg = JobConfig(collective=collective, bytes=nbytes, iterations=2, warmup=0,
+                        timeout_s=30)
+        e = jobs.run(lab, f"j{i}", cfg, vms)
         assert e["verified"] is True and e["error"] is None, (collective, e)
         assert e["completion_s"] > 0
 
 
 def test_pytorch_ddp_trains_across_vms(make_lab):
     lab = make_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1, host_bw=100), "it_ddp")
-    e = jobs.run(lab, "ddp", jobs.DDP, ["vm1", "vm2"], iterations=3, warmup=1, timeout_s=60)
+    cfg = JobConfig(collective=jobs.DDP, iterations=3, warmup=1, timeout_s=60)
+    e = jobs.run(lab, "ddp", cfg, ["vm1", "vm2"])
     assert e["error"] is None and e["verified"] is True, e
     assert e["iteration_s"]["p50"] > 0 and e["bytes"] > 100_000  # gradients AllReduced
 
@@ -32,10 +35,11 @@ def test_noisy_neighbour_slows_the_job(make_lab):
     topo = LeafSpine(spines=1, leaves=1, vms_per_leaf=4, vms_per_host=2)
     lab = make_lab(topo, "it_jobcpu", cpu_cores=0.5)
     vms = ["vm1", "vm3"]  # one rank on each host; vm2 shares vm1's host
-    opts = dict(nbytes=4096, iterations=4, warmup=1, compute_units=150, timeout_s=60)
-    quiet = jobs.run(lab, "quiet", "all_reduce", vms, **opts)
+    cfg = JobConfig(collective="all_reduce", bytes=4096, iterations=4, warmup=1,
+                    compute_units=150, timeout_s=60)
+    quiet = jobs.run(lab, "quiet", cfg, vms)
     lab.faults.cpu_hog("vm2")
-    noisy = jobs.run(lab, "noisy", "all_reduce", vms, **opts)
+    noisy = jobs.run(lab, "noisy", cfg, vms)
     lab.faults.cpu_hog("vm2", enable=False)
     assert quiet["verified"] and noisy["verified"]
     assert noisy["completion_s"] > 1.3 * quiet["completion_s"], (quiet, noisy)
@@ -46,8 +50,9 @@ def test_link_down_mid_job_recovers_or_fails_clearly(make_lab):
     out = {}
 
     def job():
-        out["e"] = jobs.run(lab, "flaky", "all_reduce", ["vm1", "vm2"], nbytes=1 << 20,
-                            iterations=30, warmup=0, timeout_s=20)
+        cfg = JobConfig(collective="all_reduce", bytes=1 << 20, iterations=30, warmup=0,
+                        timeout_s=20)
+        out["e"] = jobs.run(lab, "flaky", cfg, ["vm1", "vm2"])
 
     t = threading.Thread(target=job)
     start = time.monotonic()

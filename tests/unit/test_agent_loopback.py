@@ -20,6 +20,7 @@ import pytest
 from scapy.packet import fuzz
 
 from agents.clock import ClockSpec, Oscillator, Segment
+from agents.messages import CoordinatorState, Health
 from agents.probe import NslabProbe, Probe, encode, node_id
 from session.scoring import truth_at as truth
 
@@ -95,11 +96,12 @@ class Mesh:
                                     str(self.coord_port), "--http-port", str(self.http_port)],
                     self.env)
 
-    def state(self, path="/api/v1/state"):
+    def state(self, path="/api/v1/state", model=CoordinatorState):
+        """The coordinator's document at ``path`` as ``model`` (None: no answer)."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}{path}",
                                         timeout=2) as r:
-                return json.loads(r.read())
+                return model.model_validate_json(r.read())
         except OSError:
             return None
 
@@ -113,9 +115,11 @@ class Mesh:
             if st is not None and cond(st):
                 return st
             time.sleep(0.25)
-        brief = st and {k: st.get(k) for k in ("windows", "t_ns", "collocation", "counters")}
+        brief = st and st.model_dump(mode="json", include={"windows", "t_ns", "collocation",
+                                                             "counters"})
         pytest.fail(f"timed out after {timeout_s} s waiting for {what}; last state:\n"
-                    f"{json.dumps(brief, indent=1)}\n{json.dumps(st, indent=1)[:3000]}\n"
+                    f"{json.dumps(brief, indent=1)}\n"
+                    f"{st and st.model_dump_json(indent=1)[:3000]}\n"
                     f"coordinator log:\n{self.log('coordinator')}")
 
     def log(self, key):
@@ -149,41 +153,41 @@ def mesh(tmp_path_factory):
 def check_accuracy(st, specs, windows):
     """The last ``windows`` history entries against the truth; returns the max errors."""
     worst = [0.0, 0.0, 0.0]
-    for h in st["history"][-windows:]:
-        tr = truth(specs, st["reference"], h["t_ns"])
-        assert sorted(h["vms"]) == sorted(specs), h
-        for vm, est in h["vms"].items():
-            off_err = abs(est["offset_ns"] - tr[vm][0])
-            drift_err = abs(est["drift_ppm"] - tr[vm][1])
+    for h in st.history[-windows:]:
+        tr = truth(specs, st.reference, h.t_ns)
+        assert sorted(h.vms) == sorted(specs), h
+        for vm, est in h.vms.items():
+            off_err = abs(est.offset_ns - tr[vm][0])
+            drift_err = abs(est.drift_ppm - tr[vm][1])
             assert off_err < OFFSET_TOL_NS, (vm, h, tr)
             assert drift_err < DRIFT_TOL_PPM, (vm, h, tr)
             worst = [max(worst[0], off_err), max(worst[1], drift_err),
-                     max(worst[2], abs(est["ntp_offset_ns"] - tr[vm][0]))]
+                     max(worst[2], abs(est.ntp_offset_ns - tr[vm][0]))]
     return worst
 
 
 def test_mesh_matches_clock_truth(mesh):
-    st = mesh.wait(lambda s: s["windows"] >= 4
-                   and sorted(g["members"] for g in s["collocation"]["groups"]) == TRUTH_GROUPS,
+    st = mesh.wait(lambda s: s.windows >= 4
+                   and sorted(g.members for g in s.collocation.groups) == TRUTH_GROUPS,
                    40, "4 windows and the true collocation groups")
-    assert st["reference"] == "vm1"
-    worst = check_accuracy(st, mesh.specs, st["windows"] - 1)
+    assert st.reference == "vm1"
+    worst = check_accuracy(st, mesh.specs, st.windows - 1)
     print(f"max |offset error| {worst[0]:.0f} ns, |drift error| {worst[1]:.3f} ppm, "
           f"NTP-style |offset error| {worst[2]:.0f} ns")
-    tr = truth(mesh.specs, "vm1", st["t_ns"])
-    for vm, d in st["vms"].items():
-        assert d["offset_ns"] == pytest.approx(tr[vm][0], abs=OFFSET_TOL_NS)
-        assert d["probes_rx"] > 100 and d["connected"]
-        assert d["rejects"] == {}
-        assert sorted(d["peers_active"]) == sorted(set(IPS) - {vm})
-    assert len(st["owd_us"]) == 12
-    for key, o in st["owd_us"].items():
-        assert 0 < o["min_us"] < 50 and o["n"] > 40, (key, o)
-    assert st["drift_series"]["vm3"][-1] == pytest.approx(tr["vm3"][1], abs=DRIFT_TOL_PPM)
+    tr = truth(mesh.specs, "vm1", st.t_ns)
+    for vm, d in st.vms.items():
+        assert d.offset_ns == pytest.approx(tr[vm][0], abs=OFFSET_TOL_NS)
+        assert d.probes_rx > 100 and d.probes_tx > 100 and d.connected
+        assert d.rejects == {}
+        assert sorted(d.peers_active) == sorted(set(IPS) - {vm})
+    assert len(st.owd_us) == 12 and len(st.asymmetry_us) == 6
+    for key, o in st.owd_us.items():
+        assert 0 < o.min_us < 50 and o.n > 40, (key, o)
+    assert st.drift_series["vm3"][-1] == pytest.approx(tr["vm3"][1], abs=DRIFT_TOL_PPM)
 
 
 def test_garbage_and_forged_probes_are_counted_not_fatal(mesh):
-    before = mesh.state()["vms"]["vm1"]
+    before = mesh.state().vms["vm1"]
     target = (IPS["vm1"], mesh.udp)
     sent = 0
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -207,44 +211,44 @@ def test_garbage_and_forged_probes_are_counted_not_fatal(mesh):
         sent += 1
 
     def counted(st):
-        return sum(st["vms"]["vm1"]["rejects"].values()) >= sent
+        return sum(st.vms["vm1"].rejects.values()) >= sent
 
     st = mesh.wait(counted, 10, f"{sent} rejects at vm1")
-    rej = st["vms"]["vm1"]["rejects"]
+    rej = st.vms["vm1"].rejects
     assert sum(rej.values()) == sent, rej
     assert rej.get("short", 0) >= 56 and rej.get("bad_hmac", 0) >= 2, rej
-    assert st["vms"]["vm1"]["probes_rx"] > before["probes_rx"]  # still probing
+    assert st.vms["vm1"].probes_rx > before.probes_rx  # still probing
     assert mesh.procs["vm1"].poll() is None
 
 
 def test_agent_restart(mesh):
-    before = mesh.state()["vms"]
+    before = mesh.state().vms
     assert mesh.stop("vm4") == 0  # SIGTERM: a clean exit
     restarted_ref_ns = mesh.specs["vm1"].to_vm_ns(time.time_ns())
     mesh.start_agent("vm4")
     # its new sequence numbers start ahead of the old ones: the peers take its probes
-    st = mesh.wait(lambda s: s["t_ns"] > restarted_ref_ns + 2e9
-                   and "vm4" in s["history"][-1]["vms"] and s["vms"]["vm4"]["connected"],
+    st = mesh.wait(lambda s: s.t_ns > restarted_ref_ns + 2e9
+                   and "vm4" in s.history[-1].vms and s.vms["vm4"].connected,
                    30, "vm4 back in a window after its restart")
     for vm in ("vm1", "vm2", "vm3"):
-        assert st["vms"][vm]["rejects"].get("replay", 0) == \
-            before[vm]["rejects"].get("replay", 0), st["vms"][vm]
+        assert st.vms[vm].rejects.get("replay", 0) == \
+            before[vm].rejects.get("replay", 0), st.vms[vm]
     check_accuracy(st, mesh.specs, 1)
 
 
 def test_coordinator_restart(mesh):
-    windows_before = mesh.state()["windows"]
+    windows_before = mesh.state().windows
     assert windows_before >= 1
     assert mesh.stop("coordinator", signal.SIGKILL) == -signal.SIGKILL
     time.sleep(1.0)
     mesh.start_coordinator()
-    st = mesh.wait(lambda s: s["windows"] >= 2 and all(
-        v["connected"] for v in s["vms"].values()) and len(s["vms"]) == 4,
+    st = mesh.wait(lambda s: s.windows >= 2 and all(
+        v.connected for v in s.vms.values()) and len(s.vms) == 4,
         30, "agents to reconnect and 2 new windows")
-    assert st["windows"] < windows_before + 2  # a new coordinator: its own history
+    assert st.windows < windows_before + 2  # a new coordinator: its own history
     check_accuracy(st, mesh.specs, 1)
-    health = mesh.state("/api/v1/health")
-    assert health["ok"] and health["agents_connected"] == 4
+    health = mesh.state("/api/v1/health", Health)
+    assert health.ok and health.agents_connected == 4
 
 
 def test_cli_help_and_errors():

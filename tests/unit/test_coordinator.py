@@ -7,12 +7,23 @@ import urllib.error
 import urllib.request
 
 import pytest
+from synthetic import T0_NS as T0
+from synthetic import S, simulate
 
+from agents.api import Service
 from agents.clock import ClockSpec, Oscillator, Segment
-from agents.coordinator import HEALTH_SCHEMA, SCHEMA, Coordinator, Service
+from agents.coordinator import Coordinator
+from agents.messages import (
+    HEALTH_SCHEMA,
+    STATE_SCHEMA,
+    AgentStats,
+    CoordinatorState,
+    Health,
+    HistoryEntry,
+    Report,
+    parse_message,
+)
 from session.scoring import truth_at as truth
-from lab.synthetic import T0_NS as T0
-from lab.synthetic import S, simulate
 
 
 def clocks() -> dict:
@@ -29,10 +40,10 @@ def errors(state, specs):
     """Per history entry: max |offset error| (ns), max |drift error| (ppm), and the same for
     the NTP baseline."""
     out = []
-    for h in state["history"]:
-        tr = truth(specs, state["reference"], h["t_ns"])
-        e = [(abs(x["offset_ns"] - tr[v][0]), abs(x["drift_ppm"] - tr[v][1]),
-              abs(x["ntp_offset_ns"] - tr[v][0])) for v, x in h["vms"].items()]
+    for h in state.history:
+        tr = truth(specs, state.reference, h.t_ns)
+        e = [(abs(x.offset_ns - tr[v][0]), abs(x.drift_ppm - tr[v][1]),
+              abs(x.ntp_offset_ns - tr[v][0])) for v, x in h.vms.items()]
         out.append(tuple(max(c) for c in zip(*e, strict=True)))
     return out
 
@@ -40,37 +51,39 @@ def errors(state, specs):
 def test_offsets_drifts_owd_and_collocation_match_truth():
     specs = clocks()
     coord = Coordinator(window_s=2.0)
-    simulate(coord, specs, 40, stats={"probes_rx": 1, "rejects": {"replay": 2}})
+    simulate(coord, specs, 40, stats=AgentStats(probes_rx=1, rejects={"replay": 2}))
     st = coord.state()
-    assert st["schema"] == SCHEMA and st["reference"] == "vm1"
-    assert st["windows"] >= 18
-    assert sorted(st["history"][-1]["vms"]) == ["vm1", "vm2", "vm3", "vm4"]
+    assert st.schema_ == STATE_SCHEMA and st.reference == "vm1"
+    assert st.windows >= 18
+    assert sorted(st.history[-1].vms) == ["vm1", "vm2", "vm3", "vm4"]
     # t_ns: window centres on the reference clock
-    assert all(h["t_ns"] % (2 * S) == S for h in st["history"])
-    assert st["t_ns"] == st["history"][-1]["t_ns"]
+    assert all(h.t_ns % (2 * S) == S for h in st.history)
+    assert st.t_ns == st.history[-1].t_ns
     errs = errors(st, specs)[1:]  # the first window is partial
     # symmetric minimum delay, 0.5 us mean queueing, 40 pairs per direction and window:
     # measured over 30 windows max 50 ns / 0.13 ppm, p50 29 ns / 0.05 ppm
     assert max(e[0] for e in errs) < 150, errs                       # ns
     assert sorted(e[1] for e in errs)[len(errs) // 2] < 0.08, errs   # ppm, median
     assert max(e[1] for e in errs) < 0.25, errs                      # ppm
-    vm3 = st["vms"]["vm3"]
-    tr = truth(specs, "vm1", st["t_ns"])["vm3"]
-    assert vm3["offset_ns"] == pytest.approx(tr[0], abs=200)
-    assert vm3["drift_sigma_ppm"] is not None and vm3["offset_sigma_ns"] is not None
-    assert vm3["rejects"] == {"replay": 2} and vm3["probes_rx"] == 1
+    vm3 = st.vms["vm3"]
+    tr = truth(specs, "vm1", st.t_ns)["vm3"]
+    assert vm3.offset_ns == pytest.approx(tr[0], abs=200)
+    assert vm3.drift_sigma_ppm is not None and vm3.offset_sigma_ns is not None
+    assert vm3.rejects == {"replay": 2} and vm3.probes_rx == 1
     # OWD after correction: minimum 20 us plus a little queueing, both ways
-    for key, o in st["owd_us"].items():
-        assert 19.8 < o["min_us"] < 21.0, (key, o)
-        assert o["n"] > 50
-    assert len(st["asymmetry_us"]) == 6
-    assert all(abs(a) < 2.0 for a in st["asymmetry_us"].values())
-    groups = sorted(g["members"] for g in st["collocation"]["groups"])
+    for key, o in st.owd_us.items():
+        assert 19.8 < o.min_us < 21.0, (key, o)
+        assert o.n > 50
+    assert len(st.asymmetry_us) == 6
+    assert all(abs(a) < 2.0 for a in st.asymmetry_us.values())
+    groups = sorted(g.members for g in st.collocation.groups)
     assert groups == [["vm1", "vm2"], ["vm3"], ["vm4"]]
-    assert all(0 < g["confidence"] <= 1 for g in st["collocation"]["groups"])
-    assert st["collocation"]["windows_used"] == st["windows"]
-    assert len(st["drift_series"]["vm3"]) == st["windows"]
-    json.dumps(st, allow_nan=False)  # valid JSON: no NaN anywhere
+    assert all(0 < g.confidence <= 1 for g in st.collocation.groups)
+    assert st.collocation.windows_used == st.windows
+    assert len(st.drift_series["vm3"]) == st.windows
+    doc = json.loads(json.dumps(st.model_dump(mode="json"), allow_nan=False))  # no NaN
+    assert doc["schema"] == STATE_SCHEMA and "schema_" not in doc
+    assert CoordinatorState.model_validate(doc) == st  # what the lab side reads
 
 
 def test_congested_downlink_biases_ntp_more_than_huygens():
@@ -86,10 +99,10 @@ def test_congested_downlink_biases_ntp_more_than_huygens():
     # measured: Huygens p50 0.49 us, max 0.91 us; NTP-style p50 1.9 us, max 3.2 us
     assert huygens[-1] < 1_500, errs
     assert ntp[len(ntp) // 2] > 3 * huygens[len(huygens) // 2], errs
-    asym = st["asymmetry_us"]
+    asym = st.asymmetry_us
     assert asym["vm1|vm3"] > 10 and asym["vm2|vm3"] > 10 and asym["vm3|vm4"] < -10
     assert abs(asym["vm1|vm2"]) < 1
-    assert st["owd_us"]["vm1->vm3"]["p50_us"] > st["owd_us"]["vm3->vm1"]["p50_us"] + 10
+    assert st.owd_us["vm1->vm3"].p50_us > st.owd_us["vm3->vm1"].p50_us + 10
 
 
 def test_reference_history_bound_and_late_records():
@@ -97,19 +110,22 @@ def test_reference_history_bound_and_late_records():
     coord = Coordinator(window_s=1.0, reference="vm3", history=4, series_windows=6)
     simulate(coord, specs, 12)
     st = coord.state()
-    assert st["reference"] == "vm3"
-    assert st["vms"]["vm3"]["offset_ns"] == 0.0
-    assert len(st["history"]) == 4 and st["windows"] == 4
-    assert len(st["drift_series"]["vm1"]) == 6
-    assert len(coord.state(history=2)["history"]) == 2
-    assert coord.state(history=0)["history"] == []
-    tr = truth(specs, "vm3", st["t_ns"])
-    assert st["vms"]["vm1"]["offset_ns"] == pytest.approx(tr["vm1"][0], abs=300)
-    # a record for a window that is already closed is counted, not used
+    assert st.reference == "vm3"
+    assert st.vms["vm3"].offset_ns == 0.0
+    assert len(st.history) == 4 and st.windows == 4
+    assert len(st.drift_series["vm1"]) == 6
+    assert len(coord.state(history=2).history) == 2
+    assert coord.state(history=0).history == []
+    tr = truth(specs, "vm3", st.t_ns)
+    assert st.vms["vm1"].offset_ns == pytest.approx(tr["vm1"][0], abs=300)
+    # a record for a window that is already closed is counted, not used; a malformed row
+    # is counted and skipped, the rest of its report kept
     old = specs["vm1"].to_vm_ns(T0 + 2 * S)
-    coord.ingest({"type": "report", "name": "vm2", "t_ns": old,
-                  "rx": {"vm1": [[1, 0, old, old + 20_000], [1, 1, old + 1, "x"]]}})
-    assert coord.counters["late_records"] == 1 and coord.counters["bad_records"] == 1
+    coord.ingest(parse_message(json.dumps(
+        {"type": "report", "name": "vm2", "t_ns": old,
+         "rx": {"vm1": [[1, 0, old, old + 20_000], [1, 1, old + 1, "x"], [2, 3, old, old],
+                        [2, 1, old + 1.0, old], "row", [1, 2]]}})))
+    assert coord.counters["late_records"] == 1 and coord.counters["bad_records"] == 5
 
 
 def test_clock_step_costs_one_window():
@@ -118,13 +134,14 @@ def test_clock_step_costs_one_window():
     coord = Coordinator(window_s=2.0)
     simulate(coord, specs, 24)
     st = coord.state()
-    hist = st["history"][1:]
-    hit = [h for h in hist if "vm3" not in h["vms"]]
-    assert [h["t_ns"] for h in hit] == [T0 + 11 * S]  # the window with the step: no fit
+    hist = st.history[1:]
+    hit = [h for h in hist if "vm3" not in h.vms]
+    assert [h.t_ns for h in hit] == [T0 + 11 * S]  # the window with the step: no fit
+    assert coord.counters["pairs_inconsistent"] >= 1
     for h in hist:
-        tr = truth(specs, "vm1", h["t_ns"])
-        for v, x in h["vms"].items():
-            assert abs(x["offset_ns"] - tr[v][0]) < 150, (h, tr)
+        tr = truth(specs, "vm1", h.t_ns)
+        for v, x in h.vms.items():
+            assert abs(x.offset_ns - tr[v][0]) < 150, (h, tr)
 
 
 def test_centred_drift_beats_a_windows_own_slope():
@@ -151,45 +168,52 @@ def test_migration_keeps_own_slopes_around_it():
     specs["vm3"].append(T0 + 12 * S, host="h3", oscillator=h3)
     coord = Coordinator(window_s=2.0)
     simulate(coord, specs, 24)
-    hist = [h for h in coord.state()["history"][1:] if "vm3" in h["vms"]]
+    hist = [h for h in coord.state().history[1:] if "vm3" in h.vms]
     assert len(hist) >= 9
     for h in hist:
-        tr = truth(specs, "vm1", h["t_ns"])
-        assert abs(h["vms"]["vm3"]["drift_ppm"] - tr["vm3"][1]) < 1.0, (h, tr)
+        tr = truth(specs, "vm1", h.t_ns)
+        assert abs(h.vms["vm3"].drift_ppm - tr["vm3"][1]) < 1.0, (h, tr)
 
 
 def test_silent_vm_does_not_stall_windows_and_comes_back():
     specs = clocks()
     coord = Coordinator(window_s=2.0, live_s=0.3)
     simulate(coord, specs, 6)
-    n = coord.state()["windows"]
+    n = coord.state().windows
     # vm4 pauses: windows stall for live_s at most, then go on without it
     simulate(coord, specs, 2, start_s=6, silent={"vm4"}, hello=False)
     time.sleep(0.4)
     simulate(coord, specs, 6, start_s=8, silent={"vm4"}, hello=False)
     st = coord.state()
-    assert st["windows"] >= n + 3
-    assert "vm4" not in st["history"][-1]["vms"] and not st["vms"]["vm4"]["connected"]
-    assert st["vms"]["vm4"]["offset_ns"] is None
+    assert st.windows >= n + 3
+    assert "vm4" not in st.history[-1].vms and not st.vms["vm4"].connected
+    assert st.vms["vm4"].offset_ns is None
     # it comes back
     simulate(coord, specs, 8, start_s=14, hello=False)
     st = coord.state()
-    tr = truth(specs, "vm1", st["t_ns"])
-    assert st["vms"]["vm4"]["offset_ns"] == pytest.approx(tr["vm4"][0], abs=150)
+    tr = truth(specs, "vm1", st.t_ns)
+    assert st.vms["vm4"].offset_ns == pytest.approx(tr["vm4"][0], abs=150)
 
 
 def test_bad_messages_raise_and_leave_state_intact():
     coord = Coordinator()
     for bad in ([], {"type": "hello", "name": "vm1", "schema": "other/9"},
+                {"type": "hello", "name": "vm1"},  # no schema
                 {"type": "nope", "name": "vm1"}, {"type": "report", "name": 5},
+                {"type": "report", "name": ""}, {"type": "report", "name": "vm1", "t_ns": "1"},
                 {"type": "report", "name": "vm1", "t_ns": "soon"},
+                {"type": "report", "name": "vm1", "t_ns": 1.5},
                 {"type": "report", "name": "vm1", "t_ns": 1, "rx": []}):
         with pytest.raises(ValueError):
-            coord.ingest(bad)
+            coord.ingest(parse_message(json.dumps(bad)))
+    with pytest.raises(ValueError):
+        parse_message(b"\x00garbage{")
+    with pytest.raises(ValueError, match="bad VM name"):
+        coord.ingest(Report(name="vm1", rx={"": [[1, 0, 2, 3]]}))
     assert coord.step() == 0
     st = coord.state()
-    assert st["history"] == [] and st["t_ns"] is None
-    assert st["vms"]["vm1"]["offset_ns"] is None
+    assert st.history == [] and st.t_ns is None
+    assert st.vms["vm1"].offset_ns is None
 
 
 def _free_port():
@@ -208,15 +232,15 @@ def test_tcp_reports_and_http_api():
     coord = Coordinator(window_s=2.0)
     svc = Service(coord, "127.0.0.1", 0, 0, period_s=0.05).start()
     try:
-        h = _get(svc.http_port, "/api/v1/health")
-        assert h["schema"] == HEALTH_SCHEMA and h["ok"] and h["agents"] == 0
+        h = Health.model_validate(_get(svc.http_port, "/api/v1/health"))
+        assert h.schema_ == HEALTH_SCHEMA and h.ok and h.agents == 0
         # replay the synthetic run through a real TCP connection, with garbage in between
         sink = Coordinator(window_s=2.0)
         lines = []
         orig = sink.ingest
 
         def capture(msg):
-            lines.append(json.dumps(msg).encode() + b"\n")
+            lines.append(msg.model_dump_json().encode() + b"\n")
             return orig(msg)
 
         sink.ingest = capture
@@ -228,13 +252,17 @@ def test_tcp_reports_and_http_api():
                     c.sendall(b"\x00garbage{\n")
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
-                st = _get(svc.http_port, "/api/v1/state")
-                if st["windows"] >= 2:
+                st = CoordinatorState.model_validate(_get(svc.http_port, "/api/v1/state"))
+                if st.windows >= 2:
                     break
                 time.sleep(0.1)
-        assert st["windows"] >= 2 and st["counters"]["bad_messages"] == 1
-        assert set(st["vms"]) == set(specs)
-        assert _get(svc.http_port, "/api/v1/state?history=1")["history"][-1] == st["history"][-1]
+        assert st.windows >= 2 and st.counters["bad_messages"] == 1
+        assert set(st.vms) == set(specs)
+        last = _get(svc.http_port, "/api/v1/state?history=1")["history"]
+        assert len(last) == 1 and HistoryEntry.model_validate(last[0]) == st.history[-1]
+        with pytest.raises(urllib.error.HTTPError) as e:
+            _get(svc.http_port, "/api/v1/state?history=x")
+        assert e.value.code == 400
         with pytest.raises(urllib.error.HTTPError) as e:
             _get(svc.http_port, "/api/v2/nothing")
         assert e.value.code == 404

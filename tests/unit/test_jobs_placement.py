@@ -3,7 +3,7 @@ import pytest
 
 from lab.errors import LabError
 from session.jobs import collocation_aware, naive, shared_host_ranks
-from session.runner import placement_comparison
+from session.scoring import placement_comparison
 
 PHYS = {"vm1": "p1", "vm2": "p1", "vm3": "p2", "vm4": "p2", "vm5": "p3", "vm6": "p3",
         "vm10": "p4"}

@@ -8,7 +8,8 @@ import pytest
 
 from agents.clock import ClockSpec, Oscillator, Segment
 from agents.estimate import PairFit, fit_pair
-from agents.owd import asymmetry_us, owd_stats
+from agents.messages import OwdStats
+from agents.owd import asymmetry_us, natural_key, owd_stats
 
 NS = 1_000_000_000
 T0 = 1_800_000_000 * NS
@@ -44,9 +45,9 @@ def test_constant_delay_is_exact_at_ns_timestamps():
     tx, rx = _send(a, b, np.full(300, 8000.0), np.random.default_rng(1))
     f = _true_fit(a, b, T0 + NS)
     st = owd_stats(tx, rx, f.offset_ns, f.drift_ppm, f.t_ref_ns)
-    assert st["n"] == 300
+    assert st.n == 300
     for k in ("min_us", "p50_us", "p99_us"):
-        assert st[k] == pytest.approx(8.0, abs=0.003), k
+        assert getattr(st, k) == pytest.approx(8.0, abs=0.003), k
 
 
 def test_percentiles_match_the_true_delays():
@@ -60,9 +61,9 @@ def test_percentiles_match_the_true_delays():
     f = _true_fit(a, b, T0 + NS)
     st = owd_stats(tx, rx, f.offset_ns, f.drift_ppm, f.t_ref_ns)
     # the line ignores the wander's curvature over 2 s (< 0.04 us here)
-    assert st["min_us"] == pytest.approx(d.min() / 1e3, abs=0.05)
-    assert st["p50_us"] == pytest.approx(np.percentile(d, 50) / 1e3, abs=0.05)
-    assert st["p99_us"] == pytest.approx(np.percentile(d, 99) / 1e3, abs=0.05)
+    assert st.min_us == pytest.approx(d.min() / 1e3, abs=0.05)
+    assert st.p50_us == pytest.approx(np.percentile(d, 50) / 1e3, abs=0.05)
+    assert st.p99_us == pytest.approx(np.percentile(d, 99) / 1e3, abs=0.05)
 
 
 def test_asymmetry_of_a_congested_direction_with_estimated_fits():
@@ -83,19 +84,38 @@ def test_asymmetry_of_a_congested_direction_with_estimated_fits():
     ba = owd_stats(rtx, rrx, inv.offset_ns, inv.drift_ppm, inv.t_ref_ns)
     true_asym = (np.median(d_ab) - np.median(d_ba)) / 1e3
     assert true_asym > 15
-    assert asymmetry_us(ab, ba) == pytest.approx(true_asym, abs=0.1)
+    assert asymmetry_us({"a->b": ab, "b->a": ba}) == {
+        "a|b": pytest.approx(true_asym, abs=0.1)}
     # Huygens equalises the minimum delays by construction: both see ~7 us
-    assert ab["min_us"] == pytest.approx(ba["min_us"], abs=0.01)
-    assert ab["min_us"] == pytest.approx(min(d_ab.min(), d_ba.min()) / 1e3, abs=0.1)
-    assert ab["p99_us"] > 60 > ba["p99_us"]
+    assert ab.min_us == pytest.approx(ba.min_us, abs=0.01)
+    assert ab.min_us == pytest.approx(min(d_ab.min(), d_ba.min()) / 1e3, abs=0.1)
+    assert ab.p99_us > 60 > ba.p99_us
+
+
+def test_asymmetry_key_is_in_natural_order_and_signed_from_its_first_vm():
+    """vm2 -> vm10 is the slow direction (30 us against 10 us): the key is "vm2|vm10" (vm2
+    before vm10, though "vm10" < "vm2" as strings) and the value owd(vm2->vm10) -
+    owd(vm10->vm2) = +20 us, whichever order the directions come in."""
+    slow, fast = OwdStats(p50_us=30.0, n=5), OwdStats(p50_us=10.0, n=5)
+    for owd in ({"vm2->vm10": slow, "vm10->vm2": fast}, {"vm10->vm2": fast, "vm2->vm10": slow}):
+        assert asymmetry_us(owd) == {"vm2|vm10": pytest.approx(20.0)}
+    assert asymmetry_us({"vm10->vm2": slow, "vm2->vm10": fast}) == {
+        "vm2|vm10": pytest.approx(-20.0)}
+    # one direction only, or one without a median: no asymmetry
+    assert asymmetry_us({"vm2->vm10": slow}) == {}
+    assert asymmetry_us({"vm2->vm10": slow, "vm10->vm2": OwdStats()}) == {}
+    names = ["vm10", "vm2", "vm1", "a", "vm02", "vm2b", "leaf1vm3", "leaf1vm12"]
+    assert sorted(names, key=natural_key) == ["a", "leaf1vm3", "leaf1vm12", "vm1", "vm02",
+                                              "vm2", "vm2b", "vm10"]
+    assert list(asymmetry_us({f"{a}->{b}": slow for a in ("vm10", "vm9", "vm1")
+                              for b in ("vm10", "vm9", "vm1") if a != b})) == [
+        "vm1|vm9", "vm1|vm10", "vm9|vm10"]
 
 
 def test_empty_and_invalid_input():
     empty = np.array([], dtype=np.int64)
     st = owd_stats(empty, empty, 0.0, 0.0, T0)
-    assert st["n"] == 0 and all(math.isnan(st[k]) for k in ("min_us", "p50_us", "p99_us"))
-    assert math.isnan(asymmetry_us(st, {"p50_us": 3.0}))
-    assert asymmetry_us({"p50_us": 10.0}, {"p50_us": 4.5}) == pytest.approx(5.5)
+    assert st == OwdStats(min_us=None, p50_us=None, p99_us=None, n=0)
     one = np.array([T0], dtype=np.int64)
     with pytest.raises(ValueError, match="differ in length"):
         owd_stats(one, empty, 0.0, 0.0, T0)

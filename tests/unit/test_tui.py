@@ -12,6 +12,21 @@ pytest.importorskip("textual")
 
 from textual.widgets import TabbedContent  # noqa: E402
 
+from lab.errors import LabError  # noqa: E402
+from lab.events import (  # noqa: E402
+    FAULT_KINDS,
+    ClockStep,
+    CpuHog,
+    Flap,
+    LinkDown,
+    LinkUp,
+    Loss,
+    Migrate,
+    Pause,
+    Queue,
+    Rate,
+    Resume,
+)
 from tui.app import make_app  # noqa: E402
 from tui.backend import Snapshot  # noqa: E402
 from tui.recorded import DEFAULT_RECORDING, RecordedBackend, Recorder, load_recording  # noqa: E402
@@ -165,7 +180,7 @@ async def test_vm_controls():
         assert app.snap.vm("vm3").phys == "phys1"
         log = log_text(app)
         for line in ("cpu_hog vm3 enable=True", "pause vm3", "resume vm3",
-                     "clock_step vm3 step_ms=2.0", "migrate vm3 phys=phys1"):
+                     "clock_step vm3 step_ms=2.0", "migrate vm3 to=phys1"):
             assert line in log
 
 
@@ -192,17 +207,135 @@ async def test_timeline_pause_resume_step_and_stop():
         assert "not running" in log_text(app)
 
 
+# One valid fault of every kind, on the recording's fabric (frame MID).
+EVERY_FAULT = [LinkDown(link=("leaf2", "spine2")), LinkUp(link=("leaf1", "spine1")),
+               Flap(link=("leaf1", "spine2"), down_s=0.5, count=2),
+               Loss(link=("vm1", "leaf1"), percent=2.5), Rate(link=("vm3", "leaf2"), mbit=20),
+               Queue(link=("leaf2", "spine1"), packets=30), CpuHog(vm="vm1", enable=True),
+               Pause(vm="vm4"), Resume(vm="vm4"), ClockStep(vm="vm2", step_ms=-1.5),
+               Migrate(vm="vm3", to="phys1")]
+
+
+def test_every_fault_kind_is_covered():
+    assert sorted(f.kind for f in EVERY_FAULT) == sorted(FAULT_KINDS)
+
+
+@pytest.mark.parametrize("fault", EVERY_FAULT, ids=lambda f: f.kind)
+def test_recorded_inject_stamps_the_model(fault):
+    backend = RecordedBackend(start_at=MID, advance=False)
+    backend.start()
+    ev = backend.inject(fault)
+    assert (ev.kind, ev.target, ev.params, ev.source) == (
+        fault.kind, fault.target, fault.params(), "tui")
+    assert ev in backend.snapshot().events
+
+
+def test_recorded_inject_applies_the_typed_effect():
+    backend = RecordedBackend(start_at=MID, advance=False)
+    backend.start()
+    for fault in EVERY_FAULT:
+        backend.inject(fault)
+    snap = backend.snapshot()
+    assert not snap.link("leaf2", "spine2").up and snap.link("leaf1", "spine1").up
+    assert snap.link("vm1", "leaf1").loss_percent == 2.5
+    assert snap.link("vm3", "leaf2").bw_mbit == 20.0
+    assert snap.vm("vm1").hog and not snap.vm("vm4").paused
+    assert snap.vm("vm2").offset_ms == pytest.approx(backend._frame().vm("vm2").offset_ms - 1.5)
+    assert snap.vm("vm3").phys == "phys1"
+
+
+@pytest.mark.parametrize("fault, why", [
+    (Migrate(vm="vm3", to="phys2"), "already runs on phys2"),
+    (Migrate(vm="vm3", to="phys9"), "no physical host 'phys9'"),
+    (LinkDown(link=("vm1", "spine2")), "no link between vm1 and spine2"),
+    (ClockStep(vm="vm9", step_ms=1), "no VM 'vm9'"),
+], ids=["migrate-same-host", "migrate-unknown-host", "unknown-link", "unknown-vm"])
+def test_recorded_refuses_as_the_lab_would(fault, why):
+    backend = RecordedBackend(start_at=MID, advance=False)
+    backend.start()
+    with pytest.raises(LabError, match=why):
+        backend.inject(fault)
+    assert not backend.injected
+
+
+def test_recorded_refuses_migrating_a_paused_vm_and_a_stopped_lab():
+    backend = RecordedBackend(start_at=MID, advance=False)
+    backend.start()
+    backend.inject(Migrate(vm="vm3", to="phys1"))
+    with pytest.raises(LabError, match="already runs on phys1"):  # where it is now
+        backend.inject(Migrate(vm="vm3", to="phys1"))
+    backend.inject(Pause(vm="vm3"))
+    with pytest.raises(LabError, match="paused"):
+        backend.inject(Migrate(vm="vm3", to="phys2"))
+    backend.stop()
+    with pytest.raises(LabError, match="stopped"):
+        backend.inject(Resume(vm="vm3"))
+
+
 @sync
 async def test_refused_fault_is_logged_not_fatal():
     backend = RecordedBackend(start_at=MID, advance=False)
     app = app_on(backend)
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
-        app.control("migrate", backend.inject, "migrate", vm="nope", phys="phys1")
+        app.inject(Migrate(vm="vm3", to="phys2"))  # the host it is on
+        app.inject(LinkDown(link=("vm1", "spine2")))  # no such link
         await pilot.app.workers.wait_for_complete()
         await pilot.pause(0.1)
-        assert "refused" in log_text(app)
-        assert app.is_running
+        log = log_text(app)
+        assert "migrate vm3 refused: vm3 already runs on phys2" in log
+        assert "link_down vm1-spine2 refused: no link between vm1 and spine2" in log
+        assert app.is_running and not backend.injected
+
+
+@sync
+async def test_invalid_fault_values_are_refused_readably():
+    backend = RecordedBackend(start_at=MID, advance=False)
+    app = app_on(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        app.select_link("vm1", "leaf1")
+        app.inject_link(Loss, percent=150.0)
+        app.select_vm("vm1")
+        app.inject_vm(ClockStep)  # step_ms missing
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause(0.1)
+        log = log_text(app)
+        assert "loss refused: percent: Input should be less than or equal to 100" in log
+        assert "clock_step refused: step_ms: Field required" in log
+        assert app.is_running and not backend.injected
+
+
+# The keys that inject a fault (README "TUI"); every other key must not inject.
+FAULT_KEYS = ("d", "u", "f", "l", "r", "h", "p", "c", "m")
+NOT_PRESSED = ("q", "ctrl+c", "x", "o")  # quit, stop and restart end the run under test
+
+
+@sync
+async def test_every_injecting_key_stamps_a_known_fault_kind():
+    backend = RecordedBackend(start_at=MID, advance=False)
+    app = app_on(backend)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        app.select_link("leaf2", "spine2")
+        app.select_vm("vm3")
+        injecting = {}
+        # pause last: the lab refuses to migrate a paused VM
+        for binding in sorted(app.BINDINGS, key=lambda b: b.key == "p"):
+            if binding.key in NOT_PRESSED:
+                continue
+            before = len(backend.injected)
+            await press(pilot, binding.key)
+            if len(app.screen_stack) > 1:
+                await press(pilot, "escape")  # the help screen
+            new = backend.injected[before:]
+            if new:
+                injecting[binding.key] = [ev.kind for ev in new]
+        assert sorted(injecting) == sorted(FAULT_KEYS)
+        assert all(len(kinds) == 1 and kinds[0] in FAULT_KINDS for kinds in injecting.values())
+        log = log_text(app)
+        for kinds in injecting.values():
+            assert f"tui      {kinds[0]} " in log
 
 
 @sync
@@ -282,7 +415,7 @@ def test_recorder_writes_a_replayable_recording(tmp_path):
     rec = Recorder(RecordedBackend(start_at=MID), path)
     rec.start()
     rec.snapshot()
-    rec.inject("link_down", a="leaf1", b="spine2")
+    rec.inject(LinkDown(link=("leaf1", "spine2")))
     rec.snapshot()
     rec.stop()
     _, frames = load_recording(path)

@@ -12,18 +12,19 @@ import pytest
 
 from agents.clock import Clock, ClockSpec, Oscillator, Segment
 from workloads import worker as wk
-from workloads.job import Job, loopback_addresses, run_job
+from workloads.config import JobConfig, WorkerConfig
+from workloads.job import Job, local_spawn, loopback_addresses, run_job
 
 S = 1_000_000_000
 
 
-def run_ranks_in_threads(world, clock=None, **params):
+def run_ranks_in_threads(world, name, clock=None, **params):
     """``run_worker`` for every rank of one job, each in its own thread."""
     peers = loopback_addresses(world)
     docs = [None] * world
 
     def go(r):
-        cfg = wk.WorkerConfig(rank=r, peers=peers, **params)
+        cfg = WorkerConfig(name=name, rank=r, peers=peers, job=JobConfig(**params))
         docs[r] = wk.run_worker(cfg, clock=clock)
 
     threads = [threading.Thread(target=go, args=(r,), daemon=True) for r in range(world)]
@@ -39,9 +40,9 @@ def test_worker_times_iterations_with_the_vm_clock(tmp_path):
     now = time.time_ns()
     path = tmp_path / "clock.json"
     ClockSpec("vm1", [Segment(now, 5e9, "h1", Oscillator(now, 100.0))]).write(str(path))
-    docs = run_ranks_in_threads(3, clock=Clock(str(path)), collective="reduce_scatter",
+    docs = run_ranks_in_threads(3, "t1", clock=Clock(str(path)), collective="reduce_scatter",
                                 count=333, dtype="float64", iterations=4, warmup=1,
-                                compute_units=3, conns_per_peer=2, job="t1")
+                                compute_units=3, conns_per_peer=2)
     for r, d in enumerate(docs):
         assert d["error"] is None and d["verified"] is True, d["error"]
         assert d["schema"] == "nslab.worker/1" and d["rank"] == r and d["world"] == 3
@@ -66,8 +67,8 @@ def test_worker_reports_a_wrong_result(monkeypatch):
         return out
 
     monkeypatch.setattr(wk.coll, "run", corrupting)
-    docs = run_ranks_in_threads(2, collective="all_gather", count=5, iterations=2, warmup=0,
-                                job="t2")
+    docs = run_ranks_in_threads(2, "t2", collective="all_gather", count=5, iterations=2,
+                                warmup=0)
     assert docs[0]["verified"] is True
     bad = docs[1]
     assert bad["verified"] is False and bad["error_kind"] == "verify"
@@ -75,26 +76,63 @@ def test_worker_reports_a_wrong_result(monkeypatch):
     assert wk.exit_status(bad) == wk.EXIT_WRONG and wk.exit_status(docs[0]) == wk.EXIT_OK
 
 
-def test_worker_cli_rejects_bad_parameters_with_a_json_error(capsys):
-    rc = wk.main(["--rank", "2", "--peers", "127.0.0.1:1,127.0.0.1:2", "--quiet"])
-    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert rc == wk.EXIT_USAGE and doc["error_kind"] == "config"
-    assert "rank 2 is outside 0..1" in doc["error"]
-    rc = wk.main(["--rank", "0", "--peers", "127.0.0.1:1,127.0.0.1:2", "--collective",
-                  "all_gather", "--bytes", "7", "--quiet"])
-    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert rc == wk.EXIT_USAGE and "needs at least 8 bytes" in doc["error"]
-    assert wk.parse_size("64K") == 65536 and wk.parse_size("1M") == 1 << 20
+def _cli(capsys, *argv):
+    rc = wk.main([*argv, "--quiet"])
+    return rc, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
 
 
-def test_job_parameters_are_checked_before_anything_starts():
+def test_worker_cli_rejects_bad_configurations_with_a_json_error(capsys, tmp_path):
+    peers = ["127.0.0.1:1", "127.0.0.1:2"]
+    bad_rank = {"name": "j", "rank": 2, "peers": peers, "job": {}}
+    rc, doc = _cli(capsys, "--config", json.dumps(bad_rank))
+    assert rc == wk.EXIT_USAGE and doc["error_kind"] == "config" and doc["rank"] == 2
+    assert doc["error"] == "rank 2: bad configuration: rank: 2 is outside 0..1 (2 peer addresses)"
+    path = tmp_path / "cfg.json"
+    path.write_text(json.dumps({"name": "j", "rank": 0, "peers": peers,
+                                "job": {"collective": "all_gather", "bytes": 7}}))
+    rc, doc = _cli(capsys, "--config", f"@{path}")
+    assert rc == wk.EXIT_USAGE and "bytes: 7 is too small" in doc["error"]
+    assert "allowed >= 8" in doc["error"] and doc["job"] == "j"
+    rc, doc = _cli(capsys, "--config", "{not json")
+    assert rc == wk.EXIT_USAGE and doc["rank"] is None and "Invalid JSON" in doc["error"]
+    rc, doc = _cli(capsys, "--config", f"@{tmp_path / 'missing.json'}")
+    assert rc == wk.EXIT_USAGE and "cannot read the configuration" in doc["error"]
+    ddp = {"name": "j", "rank": 0, "peers": peers, "job": {"collective": "ddp"}}
+    rc, doc = _cli(capsys, "--config", json.dumps(ddp))
+    assert rc == wk.EXIT_USAGE and "runs with python -m workloads.ddp" in doc["error"]
+
+
+def test_worker_cli_prints_the_schema_of_its_configuration(capsys):
+    assert wk.main(["--schema"]) == wk.EXIT_OK
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["required"] == ["name", "rank", "peers", "job"]
+    assert "timeout_s" in schema["$defs"]["JobConfig"]["properties"]
+    with pytest.raises(SystemExit):
+        wk.main([])  # --config or --schema is required
+
+
+def test_job_configuration_is_checked_against_the_world_before_anything_starts():
     addrs = loopback_addresses(2)
-    with pytest.raises(ValueError, match="exactly one"):
-        Job("x", "all_reduce", addrs, count=1, nbytes=4)
-    with pytest.raises(ValueError, match="no element"):
-        Job("x", "alltoall", addrs, nbytes=4)
-    with pytest.raises(ValueError, match="floating"):
-        Job("x", "all_reduce", addrs, count=4, dtype="int32", op="avg")
+    with pytest.raises(ValueError, match="bytes: 4 is too small for all_to_all"):
+        Job("x", JobConfig(collective="alltoall", bytes=4), addrs)
+    with pytest.raises(ValueError, match=r"root: 2 is outside 0\.\.1"):
+        Job("x", JobConfig(collective="broadcast", root=2), addrs)
+    with pytest.raises(ValueError, match="peers: address 'nohost' is not host:port"):
+        Job("x", JobConfig(), ["nohost"])
+
+
+def test_the_ranks_receive_only_the_job_configuration_fields():
+    class Spec(JobConfig):  # as the scenario layer's JobSpec
+        ranks: int = 2
+
+    job = Job("sub", Spec(collective="gather", count=3, ranks=2), loopback_addresses(2))
+    with job:
+        argv = job.worker_argv(1)
+    assert argv[1:3] == ["-m", "workloads.worker"] and argv[3] == "--config"
+    cfg = WorkerConfig.model_validate_json(argv[4])
+    assert cfg.rank == 1 and cfg.name == "sub" and cfg.job == JobConfig(collective="gather",
+                                                                        count=3)
+    assert "ranks" not in json.loads(argv[4])["job"]
 
 
 def _gone(pid):
@@ -107,9 +145,16 @@ def _gone(pid):
 
 def test_run_job_of_local_processes():
     addrs = loopback_addresses(3)
-    s = run_job("ok", "AllReduce", addrs, nbytes=100_003, dtype="float32", iterations=3,
-                warmup=1, compute_units=2, conns_per_peer=2, dscp=(10,),
-                placement=["vmA", "vmB", "vmC"], timeout=30)
+    spawned = []
+
+    def spawn(rank, argv, **kw):
+        spawned.append((rank, sorted(kw)))
+        return local_spawn(rank, argv, **kw)
+
+    config = JobConfig(collective="AllReduce", bytes=100_003, dtype="float", iterations=3,
+                       warmup=1, compute_units=2, conns_per_peer=2, dscp=[10], timeout_s=30)
+    s = run_job("ok", config, addrs, spawn=spawn, placement=["vmA", "vmB", "vmC"])
+    assert spawned == [(r, ["env", "stderr", "stdin", "stdout"]) for r in range(3)]
     assert s["error"] is None and s["verified"] is True and s["failed_ranks"] == []
     assert s["schema"] == "nslab.job/1" and s["collective"] == "all_reduce"
     assert s["placement"] == {"0": "vmA", "1": "vmB", "2": "vmC"}
@@ -139,8 +184,8 @@ def _wait_for(path, text, timeout_s=15):
 
 def test_a_killed_worker_ends_the_job_with_a_clear_error():
     addrs = loopback_addresses(3)
-    with Job("kill", "all_reduce", addrs, count=50_000, iterations=100_000, warmup=0,
-             timeout=30) as job:
+    with Job("kill", JobConfig(count=50_000, iterations=100_000, warmup=0, timeout_s=30),
+             addrs) as job:
         job.start()
         _wait_for(job.log_path(1), "connected")
         time.sleep(0.2)
@@ -164,8 +209,9 @@ def test_an_unreachable_peer_ends_the_job_within_the_connect_timeout():
     addrs = loopback_addresses(3)
     t = time.monotonic()
     # rank 0's "VM" never runs the worker: `false` swallows the command and exits 1
-    s = run_job("unreach", "broadcast", addrs, command=lambda r: ["false"] if r == 0 else [],
-                count=10, connect_timeout=1.5, timeout=20)
+    s = run_job("unreach", JobConfig(collective="broadcast", count=10, connect_timeout_s=1.5,
+                                     timeout_s=20), addrs,
+                spawn=lambda r, argv, **kw: local_spawn(r, ["false"] if r == 0 else argv, **kw))
     assert time.monotonic() - t < 8
     assert s["failed_ranks"] == [0, 1, 2]
     assert s["error"].startswith("rank 0: exited with status 1 without a report")
@@ -181,7 +227,7 @@ def test_a_stuck_worker_is_stopped_at_the_job_timeout():
     t = time.monotonic()
     # a compute phase far longer than the timeout: the runner terminates the workers at
     # timeout + grace and they still report why
-    s = run_job("stuck", "all_reduce", addrs, count=10, compute_units=10**8, timeout=2.5,
+    s = run_job("stuck", JobConfig(count=10, compute_units=10**8, timeout_s=2.5), addrs,
                 kill_grace_s=0.5)
     assert time.monotonic() - t < 2.5 + 0.5 + 2
     assert s["failed_ranks"] == [0, 1] and s["verified"] is False
@@ -193,7 +239,7 @@ def test_a_stuck_worker_is_stopped_at_the_job_timeout():
 def test_a_stuck_worker_stops_itself_when_nobody_kills_it():
     addrs = loopback_addresses(1)
     t = time.monotonic()
-    s = run_job("alone", "all_reduce", addrs, count=10, compute_units=10**8, timeout=1,
+    s = run_job("alone", JobConfig(count=10, compute_units=10**8, timeout_s=1), addrs,
                 kill_grace_s=20)
     assert time.monotonic() - t < 1 + wk.WATCHDOG_GRACE_S + 3
     row = s["ranks"][0]

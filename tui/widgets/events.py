@@ -5,10 +5,12 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import RichLog
 
-from tui.backend import EventView, Snapshot
+from lab.events import LinkDown
+from tui.backend import EventView, Snapshot, kind_of
 
 SOURCE_STYLE = {"tui": "bold yellow", "step": "bold cyan", "timeline": "cyan", "lab": "grey62",
                 "ui": "magenta"}
+ALARMS = (kind_of(LinkDown), "fault_failed", "agents_failed", "error")  # kinds shown in red
 
 
 class EventLog(RichLog):
@@ -31,8 +33,7 @@ class EventLog(RichLog):
         self.entries.append(line)
         t = Text(f"{ev.t_s:7.2f}s ", "grey62")
         t.append(f"{ev.source:<8} ", SOURCE_STYLE.get(ev.source, ""))
-        t.append(ev.describe(), "bold red" if ev.kind in ("link_down", "fault_failed",
-                                                          "agents_failed", "error") else "")
+        t.append(ev.describe(), "bold red" if ev.kind in ALARMS else "")
         self.write(t)
 
     def note(self, message: str, t_s: float = 0.0) -> None:

@@ -1,0 +1,289 @@
+"""The agents' wire contracts, each defined once as a pydantic model (``API.md``).
+
+* ``nslab.report/1``: what an agent sends the coordinator over TCP, one JSON object per
+  line: a ``Hello`` first on every connection, then ``Report`` lines (``AgentMessage``, a
+  union discriminated by ``type``; ``parse_message`` reads a line).
+* ``nslab.coordinator/1``: the coordinator's ``GET /api/v1/state`` document
+  (``CoordinatorState``), and ``nslab.coordinator.health/1`` (``Health``).
+
+Units are in the names: ``*_ns`` integers (or floats for estimates) in ns, ``*_us`` floats
+in microseconds, ``*_ppm`` in ppm (1 ppm = 1 us/s), ``*_s`` in seconds. An unknown value is
+``None`` (JSON ``null``), never NaN. Version 1 only ever adds fields: readers ignore fields
+they do not know (``extra="ignore"``); a document of another schema is rejected.
+
+Report rows (``[pair_id, idx, tx_ns, rx_ns]``) are validated by the coordinator one by one
+(``agents.ingest``): a malformed row is counted (``bad_records``), not fatal to its report.
+
+Source of the estimates these documents carry: Geng et al., "Exploiting a Natural Network
+Effect for Scalable, Fine-grained Clock Synchronization", NSDI 2018.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, WithJsonSchema
+
+__all__ = ["HEALTH_SCHEMA", "REPORT_SCHEMA", "STATE_SCHEMA", "AgentMessage", "AgentStats",
+           "Collocation", "CoordinatorState", "Group", "Health", "Hello", "HistoryEntry",
+           "HistoryVm", "OwdStats", "Report", "VmState", "parse_message"]
+
+REPORT_SCHEMA = "nslab.report/1"
+STATE_SCHEMA = "nslab.coordinator/1"
+HEALTH_SCHEMA = "nslab.coordinator.health/1"
+
+class _Wire(BaseModel):
+    """Shared settings: attribute docstrings are the JSON Schema's descriptions, ``schema``
+    is read and written under that name (``schema_`` in Python), unknown fields ignored."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, serialize_by_alias=True,
+                              validate_by_name=True, validate_by_alias=True, extra="ignore")
+
+
+# ---- agent -> coordinator (nslab.report/1) --------------------------------------------------
+class _AgentWire(_Wire):
+    # strict: an integer field takes a JSON integer only (no "123", no 1.0), as on the wire
+    model_config = ConfigDict(strict=True)
+
+
+class AgentStats(_AgentWire):
+    """An agent's counters since it started, sent with the last line of each report."""
+
+    probes_tx: int = 0
+    """Probes sent."""
+    probes_rx: int = 0
+    """Valid probes received."""
+    rejects: dict[str, int] = Field(default_factory=dict)
+    """Rejected datagrams by reason (``agents/PROBE.md``)."""
+    send_errors: dict[str, int] = Field(default_factory=dict)
+    """Failed sends by errno name."""
+    records_dropped: int = 0
+    """Records dropped because the buffer was full (coordinator away)."""
+    records_unsent: int = 0
+    """Records lost in a failed send."""
+    tx_user_stamps: int = 0
+    """Probes whose follow-up carried a user-space TX stamp (no kernel stamp)."""
+    rx_user_stamps: int = 0
+    """Probes received without a kernel RX stamp (user-space clock used)."""
+    tx_stamps_missing: int = 0
+    """Sent probes whose kernel TX stamp never came."""
+    loop_errors: int = 0
+    """Agent loop passes that failed (and were skipped)."""
+    peers_active: list[str] = Field(default_factory=list)
+    """The peers the agent probes now."""
+
+
+class Hello(_AgentWire):
+    """First line on every connection of an agent to the coordinator."""
+
+    type: Literal["hello"] = "hello"
+    schema_: Literal["nslab.report/1"] = Field(alias="schema")
+    """The report schema; a hello of any other is rejected."""
+    name: str = Field(min_length=1, max_length=64)
+    """This VM's name (``--name``)."""
+    ip: str | None = None
+    """This VM's probe address (IPv4)."""
+    port: int | None = None
+    """UDP probe port."""
+    rate: float | None = Field(default=None, gt=0)
+    """Coded probe pairs per second per active peer."""
+    window_s: float | None = None
+    """The agent's estimation window, s."""
+    report_s: float = Field(default=0.5, gt=0)
+    """Report period, s."""
+    start_ns: int | None = None
+    """The agent's VM clock when it started, ns: no record of it is older."""
+    peers: list[str] = Field(default_factory=list)
+    """Every peer the agent knows (it probes a subset)."""
+    pid: int | None = None
+    """The agent's process id."""
+
+
+_ROW_SCHEMA = {
+    "type": "array", "minItems": 4, "maxItems": 4,
+    "prefixItems": [{"type": "integer", "description": "pair_id"},
+                    {"type": "integer", "enum": [0, 1], "description": "idx in the pair"},
+                    {"type": "integer", "description": "tx_ns, sender's VM clock"},
+                    {"type": "integer", "description": "rx_ns, receiver's VM clock"}],
+    "description": "[pair_id, idx, tx_ns, rx_ns] of one received probe; a malformed row "
+                   "is counted in the coordinator's bad_records and skipped"}
+Row = Annotated[Any, WithJsonSchema(_ROW_SCHEMA)]
+"""One record, checked row by row by the coordinator (``agents.ingest``)."""
+
+
+class Report(_AgentWire):
+    """Records and counters of an agent, every ``report_s`` (split over several lines when
+    it holds more than 5000 records: only the last line carries ``t_ns`` and ``stats``)."""
+
+    type: Literal["report"] = "report"
+    name: str = Field(min_length=1, max_length=64)
+    """This VM's name."""
+    t_ns: int | None = None
+    """This VM's clock read before the records were collected, ns: every record the agent
+    produced before it is in this report or an earlier one; ``None`` on all lines of a
+    report but the last."""
+    rx: dict[str, list[Row]] = Field(default_factory=dict)
+    """Probes this VM received, by sender: ``tx_ns`` on the sender's VM clock, ``rx_ns`` on
+    this VM's clock."""
+    stats: AgentStats | None = None
+    """The agent's counters (on the last line of a report, else ``None``)."""
+
+
+AgentMessage = Annotated[Hello | Report, Field(discriminator="type")]
+"""One line of ``nslab.report/1``."""
+_MESSAGE = TypeAdapter(AgentMessage)
+
+
+def parse_message(line: bytes | str) -> Hello | Report:
+    """One agent line (JSON) as a model.
+
+    Raises:
+        pydantic.ValidationError (a ValueError): not JSON, an unknown ``type`` or schema, a
+            field of the wrong type.
+    """
+    return _MESSAGE.validate_json(line)
+
+
+# ---- coordinator API (nslab.coordinator/1) ------------------------------------------------
+class VmState(_Wire):
+    """One VM as the coordinator knows it; estimates are at ``CoordinatorState.t_ns``."""
+
+    offset_ns: float | None = None
+    """Clock of this VM minus the reference VM's, ns (Huygens fits + network solve);
+    ``None`` without an estimate in the latest window."""
+    drift_ppm: float | None = None
+    """d(clock - reference clock) / d(reference clock), ppm."""
+    offset_sigma_ns: float | None = None
+    """One-sigma uncertainty of ``offset_ns`` from the solve's loop residuals, ns."""
+    drift_sigma_ppm: float | None = None
+    """One-sigma uncertainty of the window's own drift, ppm."""
+    ntp_offset_ns: float | None = None
+    """Baseline: NTP-style offset (RFC 5905 clock filter) on the same probes, ns."""
+    ntp_drift_ppm: float | None = None
+    """Baseline: NTP-style drift, ppm."""
+    last_report_ns: int | None = None
+    """The coordinator's clock at the agent's last report, ns."""
+    connected: bool = False
+    """The agent reported within the last 5 s."""
+    ip: str | None = None
+    """The agent's address (from its hello)."""
+    probes_tx: int = 0
+    """Probes the agent sent."""
+    probes_rx: int = 0
+    """Valid probes the agent received."""
+    rejects: dict[str, int] = Field(default_factory=dict)
+    """The agent's rejected datagrams by reason (``agents/PROBE.md``)."""
+    records_dropped: int = 0
+    """Records the agent dropped while its buffer was full."""
+    peers_active: list[str] = Field(default_factory=list)
+    """The peers the agent probes now."""
+
+
+class OwdStats(_Wire):
+    """One-way delays of one direction's probes in the latest window, corrected with the
+    network solve."""
+
+    min_us: float | None = None
+    """Smallest one-way delay, us."""
+    p50_us: float | None = None
+    """Median one-way delay, us."""
+    p99_us: float | None = None
+    """99th percentile one-way delay, us."""
+    n: int = 0
+    """Probes."""
+
+
+class Group(_Wire):
+    """VMs believed to share a physical host (a singleton: alone)."""
+
+    members: list[str]
+    """VM names, sorted."""
+    confidence: float | None = None
+    """0..1 (``agents/collocation.py``)."""
+
+
+class Collocation(_Wire):
+    """Collocation detection (shared oscillator frequency)."""
+
+    groups: list[Group] = Field(default_factory=list)
+    """Every VM with an estimate in exactly one group."""
+    windows_used: int = 0
+    """Windows of drift series the grouping used."""
+
+
+class HistoryVm(_Wire):
+    """One VM's estimate in one window."""
+
+    offset_ns: float | None = None
+    """Offset to the reference VM, ns."""
+    drift_ppm: float | None = None
+    """Drift to the reference VM, ppm (provisional in the last ``drift_windows // 2``)."""
+    ntp_offset_ns: float | None = None
+    """NTP-style baseline offset, ns."""
+    ntp_drift_ppm: float | None = None
+    """NTP-style baseline drift, ppm."""
+
+
+class HistoryEntry(_Wire):
+    """One window's estimates."""
+
+    t_ns: int
+    """The window's centre on the reference VM's clock, ns."""
+    vms: dict[str, HistoryVm] = Field(default_factory=dict)
+    """Per VM with an estimate in the window."""
+
+
+class CoordinatorState(_Wire):
+    """``GET /api/v1/state``: the coordinator's estimates (``agents/API.md``)."""
+
+    schema_: Literal["nslab.coordinator/1"] = Field(alias="schema")
+    """Document schema."""
+    time_ns: int
+    """The coordinator's own clock when the document was made, ns."""
+    reference: str | None = None
+    """The reference VM whose clock is the zero; ``None`` before any agent is known."""
+    window_s: float
+    """Window length, s (on the reference clock)."""
+    drift_windows: int
+    """Windows whose offsets give a window's drift; the last ``drift_windows // 2`` history
+    entries are provisional."""
+    windows: int = 0
+    """History entries kept."""
+    t_ns: int | None = None
+    """The latest window's centre on the reference clock, ns; ``None`` before the first."""
+    vms: dict[str, VmState] = Field(default_factory=dict)
+    """Every VM the coordinator knows, by name."""
+    owd_us: dict[str, OwdStats] = Field(default_factory=dict)
+    """One-way delays of the latest window by direction ``"a->b"``."""
+    asymmetry_us: dict[str, float | None] = Field(default_factory=dict)
+    """``"a|b"`` (``a`` before ``b`` in natural order: vm2 before vm10) ->
+    p50 OWD(a->b) - p50 OWD(b->a), us; > 0: a -> b is the slower direction
+    (``agents.owd.asymmetry_us``)."""
+    collocation: Collocation = Field(default_factory=Collocation)
+    """VMs grouped by physical host."""
+    drift_series: dict[str, list[float | None]] = Field(default_factory=dict)
+    """Per VM, each window's own drift, ppm, oldest first (what collocation uses)."""
+    drift_series_t_ns: list[int] = Field(default_factory=list)
+    """The ``t_ns`` of each ``drift_series`` entry, ns."""
+    history: list[HistoryEntry] = Field(default_factory=list)
+    """The last windows, oldest first."""
+    counters: dict[str, int] = Field(default_factory=dict)
+    """Coordinator diagnostics (``late_records``, ``bad_records``, ``bad_messages``, ...)."""
+
+
+class Health(_Wire):
+    """``GET /api/v1/health``."""
+
+    schema_: Literal["nslab.coordinator.health/1"] = Field(alias="schema")
+    """Document schema."""
+    ok: bool = True
+    """The coordinator answers."""
+    time_ns: int
+    """The coordinator's clock, ns."""
+    agents: int
+    """Agents known."""
+    agents_connected: int
+    """Agents that reported within the last 5 s."""
+    windows: int
+    """History entries kept."""
+    reference: str | None = None
+    """The reference VM."""

@@ -1,0 +1,86 @@
+"""Agents' reports made from clock truth without a network, for the coordinator's unit tests
+and its benchmarks: coded probe pairs with a known minimum delay and queueing, each probe
+stamped by the sender's and the receiver's emulated clock (``agents.clock.ClockSpec``), sent
+as the agents' messages (``agents.messages``).
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Collection, Iterator, Mapping
+
+from agents.clock import ClockSpec
+from agents.messages import REPORT_SCHEMA, AgentStats, Hello, Report
+
+S = 1_000_000_000
+T0_NS = 1_800_000_000 * S
+"""True time (ns) at which a simulation starts unless told otherwise."""
+PAIR_GAP_NS = 15_000
+"""Send gap of the two probes of a coded pair, ns."""
+
+
+def hellos(specs: Mapping[str, ClockSpec], *, rate: float = 20.0, chunk_s: float = 0.5,
+           t0_ns: int = T0_NS) -> list[Hello]:
+    """Every VM's ``hello``, started at true time ``t0_ns``."""
+    return [Hello(schema=REPORT_SCHEMA, name=v, ip="127.0.0.1", rate=rate, report_s=chunk_s,
+                  start_ns=specs[v].to_vm_ns(t0_ns)) for v in sorted(specs)]
+
+
+def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.0,
+            dmin_ns: int = 20_000, queue_ns: Mapping[tuple[str, str], float] | None = None,
+            seed: int = 1, start_s: float = 0.0, chunk_s: float = 0.5,
+            silent: Collection[str] = (),
+            peers: Mapping[str, Collection[str]] | None = None, t0_ns: int = T0_NS,
+            stats: AgentStats | None = None) -> Iterator[list[Report]]:
+    """Every VM's report after each ``chunk_s`` of true time, from ``t0_ns + start_s`` for
+    ``seconds``.
+
+    Every VM sends coded pairs to each of its ``peers`` (default: every other VM) at ``rate``
+    pairs/s. A probe's true delay is ``dmin_ns`` plus queueing: exponential with mean
+    ``queue_ns[(src, dst)]`` (default 500 ns) shared by both probes of a pair, plus 300 ns
+    (mean) of independent jitter; in 20 % of the pairs the second probe waits for more
+    (an impure pair). ``silent`` VMs neither probe, answer nor report (a paused VM);
+    ``stats`` is every report's counters (default zeros).
+    """
+    rng = random.Random(seed)
+    queue_ns = queue_ns or {}
+    names = sorted(specs)
+    peers = peers or {v: [p for p in names if p != v] for v in names}
+    t = t0_ns + int(start_s * S)
+    end = t + int(seconds * S)
+    while t < end:
+        stop = t + int(chunk_s * S)
+        rx: dict[str, dict] = {v: {} for v in names}
+        for src in names:
+            for dst in peers[src]:
+                if src in silent or dst in silent:
+                    continue
+                mean_q = queue_ns.get((src, dst), 500)
+                ts = t + int(rng.uniform(0, 1 / rate) * S)
+                while ts < stop:
+                    pid = rng.getrandbits(32)
+                    common = rng.expovariate(1 / mean_q)  # both probes wait in one queue
+                    for idx, tx_true in enumerate((ts, ts + PAIR_GAP_NS)):
+                        q = common + rng.expovariate(1 / 300)
+                        if idx == 1 and rng.random() < 0.2:  # cross traffic between them
+                            q += rng.expovariate(1 / mean_q)
+                        rx_true = tx_true + dmin_ns + int(q)
+                        rx[dst].setdefault(src, []).append(
+                            [pid, idx, specs[src].to_vm_ns(tx_true),
+                             specs[dst].to_vm_ns(rx_true)])
+                    ts += int(S / rate)
+        yield [Report(name=v, t_ns=specs[v].to_vm_ns(stop), rx=rx[v],
+                      stats=stats or AgentStats()) for v in names if v not in silent]
+        t = stop
+
+
+def simulate(coord, specs: Mapping[str, ClockSpec], seconds: float, *, hello: bool = True,
+             rate: float = 20.0, chunk_s: float = 0.5, t0_ns: int = T0_NS, **kw) -> None:
+    """Feed ``coord`` (an ``agents.coordinator.Coordinator``) what its agents would send:
+    each VM's ``hello`` first (``hello=False``: the agents are already known), then after
+    each chunk every VM's report (``reports``, same arguments), then ``coord.step()``."""
+    for msg in hellos(specs, rate=rate, chunk_s=chunk_s, t0_ns=t0_ns) if hello else []:
+        coord.ingest(msg)
+    for chunk in reports(specs, seconds, rate=rate, chunk_s=chunk_s, t0_ns=t0_ns, **kw):
+        for msg in chunk:
+            coord.ingest(msg)
+        coord.step()

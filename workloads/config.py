@@ -1,0 +1,286 @@
+"""The configuration of a job: one typed definition, validated once.
+
+``JobConfig`` is what a job runs (collective or DDP, size, iterations, path hints, timeouts);
+the scenario layer's ``JobSpec`` subclasses it with the job's name, rank count and placement.
+``WorkerConfig`` is what one rank receives, as JSON on its command line
+(``python -m workloads.worker --config JSON`` or ``python -m workloads.ddp --config JSON``): a
+``JobConfig`` plus the job name, the rank and the ranks' addresses. Checks that need the number
+of ranks (root, a size too small to give each rank an element, source ports) run in
+``JobConfig.count_for(world)``, which ``WorkerConfig`` calls.
+
+Errors: pydantic's ``ValidationError`` (a ``ValueError``); every message names the field and
+what is allowed. ``describe`` turns one into a one-line message.
+
+Sizes follow nccl-tests and NCCL: ``bytes`` is nccl-tests' "size" (bytes of the larger of the
+send and receive buffers), ``count`` is NCCL's count argument (elements). Sources: NCCL
+documentation, "Collective Operations"; nccl-tests, doc/PERFORMANCE.md.
+"""
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from workloads import collectives as coll
+from workloads.transport import PathHints, parse_address
+
+DDP = "ddp"
+DDP_LABEL = "ddp (torch gloo; gradient all_reduce)"
+DEFAULT_BYTES = 1 << 20
+DEFAULT_HIDDEN = 256
+# the DDP model: an MLP IN_FEATURES -> hidden -> hidden -> OUT_FEATURES, batches of BATCH
+IN_FEATURES, OUT_FEATURES, BATCH = 64, 8, 32
+# fields the DDP workload does not use: they must keep their defaults in a ddp job
+NCCL_ONLY = ("dtype", "op", "root", "compute_units", "conns_per_peer", "src_port_base", "dscp",
+             "connect_timeout_s")
+
+
+def ddp_params(hidden: int) -> int:
+    """Parameters of the DDP model (64 -> hidden -> hidden -> 8, with biases): the element
+    count of the gradient AllReduce of every training step."""
+    return (IN_FEATURES * hidden + hidden) + (hidden * hidden + hidden) + \
+        (hidden * OUT_FEATURES + OUT_FEATURES)
+
+
+class JobConfig(BaseModel):
+    """What a job runs: an NCCL collective (or PyTorch DDP training) and its parameters.
+
+    ``bytes`` and ``count`` are alternatives (at most one; 1 MiB when neither is given, filled
+    in by validation); a ddp job has neither (its size is the model's gradient) and keeps the
+    NCCL-only fields (``NCCL_ONLY``) at their defaults; ``hidden`` is for ddp only (256 when
+    not given).
+
+    Raises:
+        pydantic.ValidationError: a field is out of range or inconsistent; the message names
+            the field and the allowed values.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    collective: str = Field(
+        "all_reduce", description="all_reduce, broadcast, reduce, all_gather, reduce_scatter, "
+        "gather, scatter, all_to_all (NCCL names such as AllReduce accepted, stored in snake "
+        "case) or ddp (PyTorch DDP training with gloo)")
+    bytes: int | None = Field(
+        None, ge=1, description="nccl-tests size in bytes: the larger of the send and receive "
+        "buffers (default 1 MiB when count is not given; not for ddp)")
+    count: int | None = Field(
+        None, ge=1, description="NCCL count in elements (instead of bytes; not for ddp)")
+    dtype: str = Field("float32", description=f"element type: {', '.join(coll.DTYPES)} "
+                       "(NCCL aliases such as half, float accepted)")
+    op: str = Field("sum", description=f"reduction: {', '.join(coll.OPS)} (avg needs a "
+                    "floating dtype)")
+    root: int = Field(0, ge=0, description="root rank of broadcast, reduce, gather, scatter "
+                      "(must be below the number of ranks)")
+    iterations: int = Field(10, ge=1, le=1_000_000, description="timed iterations")
+    warmup: int = Field(1, ge=0, le=1_000_000, description="untimed iterations first")
+    compute_units: int = Field(
+        0, ge=0, description="compute phase before every collective: that many products of "
+        "two 128x128 float64 matrices (4.2 MFLOP each), real CPU work")
+    conns_per_peer: int = Field(1, ge=1, le=64, description="TCP connections per peer; a "
+                                "transfer is split over them")
+    src_port_base: int | None = Field(
+        None, ge=1, le=65535, description="path hint: connection c from rank r to peer p binds "
+        "local port src_port_base + (r * world + p) * conns_per_peer + c (default: ephemeral)")
+    dscp: tuple[Annotated[int, Field(ge=0, le=63)], ...] = Field(
+        (), description="path hint: DSCP code points 0..63, cycled over connection indices "
+        "(default: no marking)")
+    connect_timeout_s: float = Field(10.0, gt=0, le=3600, description="seconds to build the "
+                                     "mesh of connections")
+    timeout_s: float = Field(60.0, gt=0, le=86400, description="seconds from start to finish; "
+                             "then the ranks stop and report a timeout")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the input data (and of the "
+                      "DDP model's data)")
+    hidden: int | None = Field(None, ge=1, le=4096, description="ddp only: width of the "
+                               "model's two hidden layers (default 256)")
+
+    @field_validator("collective")
+    @classmethod
+    def _collective(cls, v: str) -> str:
+        if v == DDP:
+            return v
+        try:
+            return coll.collective_name(v)
+        except ValueError:
+            raise ValueError(f"collective: unknown {v!r}; expected one of "
+                             f"{', '.join(coll.COLLECTIVES)} or {DDP}") from None
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, v: str) -> str:
+        try:
+            return coll.dtype_of(v).name
+        except ValueError:
+            raise ValueError(f"dtype: unsupported {v!r}; expected one of "
+                             f"{', '.join(coll.DTYPES)}") from None
+
+    @field_validator("op")
+    @classmethod
+    def _op(cls, v: str) -> str:
+        if v not in coll.OPS:
+            raise ValueError(f"op: unknown {v!r}; expected one of {', '.join(coll.OPS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobConfig:
+        if self.collective == DDP:
+            for name in ("bytes", "count"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{name}: not used by ddp (its size is the model's "
+                                     "gradient, set by hidden); remove it")
+            for name in NCCL_ONLY:
+                if getattr(self, name) != type(self).model_fields[name].default:
+                    raise ValueError(f"{name}: not used by ddp (PyTorch DDP with gloo uses "
+                                     "iterations, warmup, timeout_s, seed, hidden); remove it")
+            if self.hidden is None:
+                self.hidden = DEFAULT_HIDDEN
+            return self
+        if self.hidden is not None:
+            raise ValueError(f"hidden: only for collective {DDP}, not {self.collective}")
+        if self.bytes is not None and self.count is not None:
+            raise ValueError("bytes, count: give at most one of them (bytes: nccl-tests size; "
+                             "count: NCCL count in elements)")
+        if self.op == "avg" and coll.dtype_of(self.dtype).kind != "f":
+            raise ValueError(f"op: avg needs a floating dtype, not {self.dtype}; use one of "
+                             f"{', '.join(o for o in coll.OPS if o != 'avg')}")
+        if self.bytes is None and self.count is None:
+            self.bytes = DEFAULT_BYTES
+        return self
+
+    @property
+    def algorithm(self) -> str:
+        """The collective that moves the data (DDP: ``all_reduce`` of the gradients)."""
+        return "all_reduce" if self.collective == DDP else self.collective
+
+    def count_for(self, world: int) -> int:
+        """The NCCL count (elements) on ``world`` ranks, after the checks that need ``world``.
+
+        Raises:
+            ValueError: ``world`` < 1, ``root`` not below ``world``, ``bytes`` too small to give
+                each rank one element, or ``src_port_base`` too high for the connections.
+        """
+        if world < 1:
+            raise ValueError(f"world: a job needs at least 1 rank, not {world}")
+        if self.root >= world:
+            raise ValueError(f"root: {self.root} is outside 0..{world - 1} ({world} ranks)")
+        if self.collective == DDP:
+            return ddp_params(self.hidden or DEFAULT_HIDDEN)
+        if self.src_port_base is not None:
+            last = self.src_port_base + world * world * self.conns_per_peer - 1
+            if last > 65535:
+                raise ValueError(f"src_port_base: {self.src_port_base} + {world}*{world}*"
+                                 f"{self.conns_per_peer} connections would need port {last}; "
+                                 f"allowed 1..{65536 - world * world * self.conns_per_peer}")
+        if self.count is not None:
+            return self.count
+        itemsize = coll.dtype_of(self.dtype).itemsize
+        count = coll.count_from_bytes(self.collective, world, self.bytes or DEFAULT_BYTES,
+                                      itemsize)
+        if count < 1:
+            whole = self.collective in ("all_reduce", "reduce", "broadcast")
+            need = itemsize * (1 if whole else world)
+            raise ValueError(f"bytes: {self.bytes} is too small for {self.collective} of "
+                             f"{self.dtype} on {world} ranks; allowed >= {need} (1 element "
+                             "per rank)")
+        return count
+
+    def size_for(self, world: int) -> int:
+        """nccl-tests' size in bytes on ``world`` ranks (``bytes`` rounded down to whole
+        elements per rank). Raises ValueError as ``count_for``."""
+        return coll.size_bytes(self.algorithm, world, self.count_for(world),
+                               coll.dtype_of(self.dtype).itemsize)
+
+
+class WorkerConfig(BaseModel):
+    """What one rank receives (as JSON): its job's ``JobConfig``, the job name, its rank and
+    the ``host:port`` of every rank in rank order (the rank listens on its own; for ddp, rank
+    0's address is the rendezvous).
+
+    Raises:
+        pydantic.ValidationError: a bad address, a rank outside the world, or a ``JobConfig``
+            check (including ``count_for``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200, description="job name; ranks of another "
+                      "job are refused")
+    rank: int = Field(ge=0, description="this rank, 0..len(peers)-1")
+    peers: list[str] = Field(min_length=1, description="host:port of every rank, rank order")
+    job: JobConfig
+
+    @field_validator("peers")
+    @classmethod
+    def _peers(cls, v: list[str]) -> list[str]:
+        for a in v:
+            try:
+                parse_address(a)
+            except ValueError as e:
+                raise ValueError(f"peers: {e}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _world(self) -> WorkerConfig:
+        if self.rank >= self.world:
+            raise ValueError(f"rank: {self.rank} is outside 0..{self.world - 1} "
+                             f"({self.world} peer addresses)")
+        self.job.count_for(self.world)
+        return self
+
+    @property
+    def world(self) -> int:
+        """Number of ranks."""
+        return len(self.peers)
+
+    @property
+    def count(self) -> int:
+        """NCCL count (elements) of this job on its world."""
+        return self.job.count_for(self.world)
+
+    @property
+    def nbytes(self) -> int:
+        """nccl-tests size (bytes) of this job on its world."""
+        return self.job.size_for(self.world)
+
+    @property
+    def hints(self) -> PathHints:
+        """The connections' path hints (source ports, DSCP)."""
+        return PathHints(self.job.src_port_base, tuple(self.job.dscp))
+
+
+def as_job_config(config: JobConfig) -> JobConfig:
+    """``config`` as a plain ``JobConfig`` (a subclass such as the scenario's ``JobSpec``
+    carries fields a rank does not take)."""
+    if type(config) is JobConfig:
+        return config
+    return JobConfig(**{k: getattr(config, k) for k in JobConfig.model_fields})
+
+
+def describe(error: ValidationError) -> str:
+    """One line for a validation error: ``field.path: message; ...``."""
+    parts = []
+    for err in error.errors():
+        msg = err["msg"].removeprefix("Value error, ")
+        loc = ".".join(str(x) for x in err["loc"])
+        parts.append(msg if not loc or msg.startswith(f"{err['loc'][-1]}:") else f"{loc}: {msg}")
+    return "; ".join(parts)
+
+
+def read_json_argument(text: str) -> str:
+    """A JSON command-line argument: the text itself, or ``@PATH`` for a file's contents.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    if text.startswith("@"):
+        with open(os.path.expanduser(text[1:])) as f:
+            return f.read()
+    return text
