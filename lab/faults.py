@@ -14,7 +14,21 @@ from typing import TYPE_CHECKING
 
 from lab import tc
 from lab.errors import LabError
-from lab.events import Event, Fault
+from lab.events import (
+    ClockStep,
+    CpuHog,
+    Event,
+    Fault,
+    Flap,
+    LinkDown,
+    LinkUp,
+    Loss,
+    Migrate,
+    Pause,
+    Queue,
+    Rate,
+    Resume,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from lab.lab import Lab
@@ -63,20 +77,20 @@ class Faults:
         self._set_state(a, b, "down")
         self.lab.down_links.add(frozenset((a, b)))
         self.lab.reroute()
-        return self.lab.stamp("link_down", f"{a}-{b}")
+        return self.lab.stamp_fault(LinkDown(link=(a, b)))
 
     def link_up(self, a: str, b: str) -> Event:
         """Bring a link back; fabric routes use it again."""
         self._set_state(a, b, "up")
         self.lab.down_links.discard(frozenset((a, b)))
         self.lab.reroute()
-        return self.lab.stamp("link_up", f"{a}-{b}")
+        return self.lab.stamp_fault(LinkUp(link=(a, b)))
 
     def flap(self, a: str, b: str, down_s: float = 1.0, up_s: float = 1.0, count: int = 3) -> Event:
         """Take the link down for ``down_s`` then up for ``up_s``, ``count`` times, in the
         background (each transition is stamped)."""
         self.ends(a, b)
-        ev = self.lab.stamp("flap", f"{a}-{b}", down_s=down_s, up_s=up_s, count=count)
+        ev = self.lab.stamp_fault(Flap(link=(a, b), down_s=down_s, up_s=up_s, count=count))
         for i in range(count):
             t_down = i * (down_s + up_s)
             self._later(t_down, self.link_down, a, b)
@@ -100,7 +114,7 @@ class Faults:
             raise LabError(f"loss must be within [0, 100] %, got {percent}")
         for intf in self._reshape(a, b, loss=percent or None):
             tc.set_drop(intf.node.netns, intf.name, percent)
-        return self.lab.stamp("loss", f"{a}-{b}", percent=percent)
+        return self.lab.stamp_fault(Loss(link=(a, b), percent=percent))
 
     def rate(self, a: str, b: str, mbit: float) -> Event:
         """Change the link rate (Mbit/s) of a shaped link."""
@@ -111,7 +125,7 @@ class Faults:
                 raise LabError(f"link {a}-{b} has no rate limit to change; give it a bw")
         for intf in self._reshape(a, b, bw=mbit):
             tc.set_rate(intf.node.ipr, intf.index, mbit)
-        return self.lab.stamp("rate", f"{a}-{b}", mbit=mbit)
+        return self.lab.stamp_fault(Rate(link=(a, b), mbit=mbit))
 
     def queue(self, a: str, b: str, packets: int) -> Event:
         """Change the queue limit (packets) of a link."""
@@ -119,7 +133,7 @@ class Faults:
             raise LabError(f"queue limit must be >= 1 packet, got {packets}")
         for intf in self._reshape(a, b, max_queue_size=packets):
             tc.set_queue(intf.node.ipr, intf.index, intf.shaping)
-        return self.lab.stamp("queue", f"{a}-{b}", packets=packets)
+        return self.lab.stamp_fault(Queue(link=(a, b), packets=packets))
 
     # -- VMs -------------------------------------------------------------------------------
     def cpu_hog(self, vm: str, enable: bool = True) -> Event:
@@ -131,7 +145,7 @@ class Faults:
             proc = self.hogs.pop(vm)
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-        return self.lab.stamp("cpu_hog", vm, enable=enable, phys=node.phys)
+        return self.lab.stamp_fault(CpuHog(vm=vm, enable=enable), phys=node.phys)
 
     def _vm_wire(self, node, percent: float) -> None:
         """Drop everything to and from ``node`` (a paused VM's vNIC) or stop dropping."""
@@ -148,21 +162,21 @@ class Faults:
         self.lab.cgroups.freeze(node.phys, vm, True)
         self._vm_wire(node, 100)
         self.paused.add(vm)
-        return self.lab.stamp("pause", vm)
+        return self.lab.stamp_fault(Pause(vm=vm))
 
     def resume(self, vm: str) -> Event:
         node = self._vm(vm)
         self._vm_wire(node, 0)
         self.lab.cgroups.freeze(node.phys, vm, False)
         self.paused.discard(vm)
-        return self.lab.stamp("resume", vm)
+        return self.lab.stamp_fault(Resume(vm=vm))
 
     def clock_step(self, vm: str, step_ms: float) -> Event:
         """Step ``vm``'s clock by ``step_ms`` (the VM's processes see it at once)."""
         self._vm(vm)
         now = time.time_ns()
         self.lab.clocks.step(vm, now, step_ms * 1e6)
-        return self.lab.stamp("clock_step", vm, step_ms=step_ms, at_ns=now)
+        return self.lab.stamp_fault(ClockStep(vm=vm, step_ms=step_ms), at_ns=now)
 
     def migrate(self, vm: str, to: str) -> Event:
         """Live-migrate ``vm`` to physical host ``to``: its processes move to that host's
@@ -185,7 +199,7 @@ class Faults:
         self.lab.clocks.migrate(vm, now, to)
         self.lab.phys[vm] = to
         self.lab.publish_state()
-        return self.lab.stamp("migrate", vm, src=old, dst=to, at_ns=now)
+        return self.lab.stamp_fault(Migrate(vm=vm, to=to), src=old, at_ns=now)
 
     def apply(self, fault: Fault) -> Event:
         """Apply a typed fault (``lab.events``) through the method of its kind.

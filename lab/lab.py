@@ -134,6 +134,11 @@ class Lab:
             listener(ev)
         return ev
 
+    def stamp_fault(self, fault: Fault, **extra) -> Event:
+        """Stamp an applied ``fault``: its kind, target and parameters, plus ``extra`` facts
+        only the lab knows (e.g. the host a migrated VM left)."""
+        return self.stamp(fault.kind, fault.target, **fault.params(), **extra)
+
     def inject(self, fault: Fault, source: Source = "lab") -> Event:
         """Apply ``fault`` now (its ``at_s`` is not waited for); the event it stamped.
 
