@@ -8,7 +8,8 @@ from lab.capabilities import as_json, probe
 
 def add_parser(sub) -> None:
     p = sub.add_parser("doctor", help="report what this kernel and machine support",
-                       description="Probe root, netem, nftables, cgroups, multipath hashing, "
+                       description="Probe root, netem, nftables, packet marks, policy routing, "
+                                   "cgroups, multipath hashing, "
                                    "mnexec, iperf3 and tcpdump; say what each missing one "
                                    "disables. Exit 0 when a lab can be built.")
     p.add_argument("--json", action="store_true", help="machine-readable output")

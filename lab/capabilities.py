@@ -49,10 +49,20 @@ def cgroup_mode() -> tuple[str | None, list[str]]:
     return ("v1", v1) if "cpu" in v1 else (None, [])
 
 
-def _probe_kernel() -> tuple[bool, str, bool, str]:
-    """(netem ok, detail, nft ingress ok, detail) from a throw-away namespace."""
+def _nft(ns: str, lines: str, ok_detail: str) -> tuple[bool, str]:
+    """Load an nftables batch in namespace ``ns``: (ok, what was seen)."""
+    r = subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], capture_output=True,
+                       text=True, input=lines)
+    return r.returncode == 0, ok_detail if r.returncode == 0 else r.stderr.strip()
+
+
+def _probe_kernel() -> dict[str, tuple[bool, str]]:
+    """``{feature: (ok, detail)}`` for netem, nftables (netdev ingress + numgen), nft_mark
+    (packet marks from numgen in prerouting) and policy_routing (fwmark rules),
+    probed in a throw-away namespace."""
     ns = f"{PREFIX}-probe-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
+    out = {}
     try:
         ipr = ns_iproute(ns)
         try:
@@ -60,24 +70,31 @@ def _probe_kernel() -> tuple[bool, str, bool, str]:
             idx = ipr.link_lookup(ifname="p0")[0]
             try:
                 ipr.tc("add", "netem", idx, 0x10000, delay=1000)
-                netem = (True, "sch_netem loads")
+                out["netem"] = (True, "sch_netem loads")
             except NetlinkError as e:
-                netem = (False, f"'tc qdisc add ... netem' fails: {e.args[1]}")
+                out["netem"] = (False, f"'tc qdisc add ... netem' fails: {e.args[1]}")
+            try:
+                ipr.rule("add", table=101, priority=1001, fwmark=1)
+                out["policy_routing"] = (True, "ip rule fwmark ... lookup")
+            except NetlinkError as e:
+                out["policy_routing"] = (False, f"'ip rule add' fails: {e.args[1]}")
         finally:
             ipr.close()
         if shutil.which("nft") is None:
-            nft = (False, "nft not installed")
+            out["nftables"] = out["nft_mark"] = (False, "nft not installed")
         else:
-            r = subprocess.run(
-                ["ip", "netns", "exec", ns, "nft", "-f", "-"], capture_output=True, text=True,
-                input='add table netdev nslab\nadd chain netdev nslab c { type filter hook '
-                      'ingress device "p1" priority 0; }\n'
-                      "add rule netdev nslab c numgen random mod 100 < 10 drop\n")
-            nft = (r.returncode == 0, "netdev ingress + numgen work" if r.returncode == 0
-                   else r.stderr.strip())
+            out["nftables"] = _nft(
+                ns, 'add table netdev nslab\nadd chain netdev nslab c { type filter hook '
+                    'ingress device "p1" priority 0; }\n'
+                    "add rule netdev nslab c numgen random mod 100 < 10 drop\n",
+                "netdev ingress + numgen work")
+            out["nft_mark"] = _nft(
+                ns, "add table ip nslab\nadd chain ip nslab c { type filter hook prerouting "
+                    "priority mangle; }\nadd rule ip nslab c meta mark set numgen random mod 2 "
+                    "map { 0 : 1, 1 : 2 }\n", "meta mark set numgen ... map works")
     finally:
         remove_netns(ns)
-    return (*netem, *nft)
+    return out
 
 
 def probe() -> dict[str, Capability]:
@@ -92,12 +109,15 @@ def probe() -> dict[str, Capability]:
 
 @functools.lru_cache(maxsize=1)
 def _probe() -> dict[str, Capability]:
-    netem, netem_d, nft, nft_d = _probe_kernel()
+    kernel = _probe_kernel()
     mode, ctls = cgroup_mode()
     caps = [
         Capability("root", True, f"euid {os.geteuid()}", "everything"),
-        Capability("netem", netem, netem_d, "link delay, jitter and reorder"),
-        Capability("nftables", nft, nft_d, "link loss injection"),
+        Capability("netem", *kernel["netem"], "link delay, jitter and reorder"),
+        Capability("nftables", *kernel["nftables"], "link loss injection"),
+        Capability("nft_mark", *kernel["nft_mark"], "fabric modes spray and entropy"),
+        Capability("policy_routing", *kernel["policy_routing"],
+                   "fabric modes spray and entropy"),
         Capability("cgroups", mode is not None and "cpu" in ctls,
                    f"{mode or 'none'}: {', '.join(ctls) or 'no cpu controller'}",
                    "physical-host CPU budgets and noisy neighbours"),

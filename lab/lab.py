@@ -28,12 +28,13 @@ from lab.cgroups import Cgroups
 from lab.clocks import ClockBook, ClockConfig
 from lab.errors import CapabilityError, LabError
 from lab.events import Event, Fault, Source
+from lab.fabric import check_mode, require_fabric
 from lab.faults import Faults
 from lab.links import LINK_KEYS, ShapedLink
 from lab.names import check_lab_name, lab_prefix, state_dir
 from lab.netlink import remove_netns
 from lab.nodes import VM, Router, fabric_node
-from topo.routing import ecmp_routes
+from topo.routing import ecmp_routes, path_slots
 
 
 def lab_netns(name: str) -> list[str]:
@@ -70,20 +71,25 @@ class Lab:
             (default: one physical host per VM).
         name: lab name (the prefix of its kernel objects is ``nslab-<name>``).
         seed: seeds clocks and the ECMP hash.
+        fabric: how routers choose among equal-cost paths: ``ecmp``, ``spray`` or ``entropy``
+            (``lab.fabric``).
         clocks: how VM clocks are drawn.
         cpu_cores: CPU budget of every physical host (cores; None: unlimited).
         host_cpu: per physical host ``{"cpu_cores": float, "cpuset": "0-1"}`` overrides.
         progress: called with short messages during long steps.
 
     Raises (from ``start``):
-        NotRootError, CapabilityError, LabError.
+        NotRootError, CapabilityError (also for a fabric mode this kernel cannot provide),
+        LabError.
+    Raises (here): ValueError for an unknown fabric mode.
     """
 
     def __init__(self, topo: Topo, name: str = "lab", seed: int = 1,
                  clocks: ClockConfig | None = None, cpu_cores: float | None = None,
-                 host_cpu: dict[str, dict] | None = None,
+                 host_cpu: dict[str, dict] | None = None, fabric: str = "ecmp",
                  progress: Callable[[str], None] | None = None):
         self.topo, self.name, self.seed = topo, check_lab_name(name), seed
+        self.fabric = check_mode(fabric)
         self.clock_config = clocks or ClockConfig()
         self.cpu_cores, self.host_cpu = cpu_cores, host_cpu or {}
         self.progress = progress or (lambda msg: None)
@@ -91,6 +97,8 @@ class Lab:
         self.cgroups: Cgroups | None = None
         self.clocks: ClockBook | None = None
         self.routes: dict = {}
+        self.healthy_routes: dict = {}
+        """Routes of the fabric with every link up: they number the path slots."""
         self.created: list[tuple[str, str]] = []
         self.timeline: list[Event] = []
         self.listeners: list[Callable[[Event], None]] = []
@@ -171,7 +179,8 @@ class Lab:
             raise LabError(f"lab {self.name!r} is already up or crashed; "
                            f"'nslab clean {self.name}' removes a crashed one")
         check_link_params(self.topo, caps["netem"].ok)
-        self.routes = ecmp_routes(self.topo)
+        require_fabric(self.fabric, caps)
+        self.routes = self.healthy_routes = ecmp_routes(self.topo)
         try:
             self._physical_hosts()
             self.progress(f"building {len(self.topo.nodes())} nodes, "
@@ -212,6 +221,11 @@ class Lab:
         for node in self.net.switches:
             if isinstance(node, Router):
                 node.install_routes(self.routes.get(node.name, []))
+
+    def path_slots(self, router: str) -> list[tuple[str, list[tuple[int, str]]]]:
+        """The alive path slots of ``router``'s multipath prefixes now
+        (``topo.routing.path_slots``)."""
+        return path_slots(self.healthy_routes.get(router, []), self.routes.get(router, []))
 
     def publish_state(self) -> None:
         """Write ``vms.json`` in the state directory: how ``nslab exec`` enters each VM."""

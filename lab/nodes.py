@@ -14,7 +14,7 @@ from mininet.node import Host, Node
 from pyroute2 import netns
 
 from agents.clock import ENV_VAR
-from lab import tc
+from lab import fabric, tc
 from lab.errors import LabError
 from lab.names import netns_name
 from lab.netlink import attach_netns, ns_iproute, remove_netns
@@ -121,22 +121,29 @@ class VM(LabNode, Host):
 
 
 class Router(LabNode):
-    """A leaf, spine or super-spine: a Linux router with ECMP (L4 hash, fixed per-lab seed)."""
+    """A leaf, spine or super-spine: a Linux router with ECMP (L4 hash, fixed per-lab seed),
+    or another fabric mode of the lab (``lab.fabric``). It answers TTL-expired packets at once
+    (``icmp_ratelimit=0``), as traceroute-style path discovery needs."""
 
     def __init__(self, name: str, lab: Lab, role: str, **params):
         self.role = role
         super().__init__(name, lab=lab, **params)
         self.sysctl("net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
-                    "net.ipv4.conf.default.rp_filter=0",
+                    "net.ipv4.conf.default.rp_filter=0", "net.ipv4.icmp_ratelimit=0",
                     "net.ipv4.fib_multipath_hash_policy=1",
                     f"net.ipv4.fib_multipath_hash_seed={lab.seed & 0xFFFFFFFF}")
+        self.slots = max((len(h) for _, h in lab.healthy_routes.get(name, [])), default=0)
+        """Path slots of the fabric mode: the most next hops of any healthy route."""
 
     def start(self, controllers) -> None:
+        if self.lab.fabric != "ecmp" and self.slots > 1:
+            tc.run_batch(self.netns, "ip", fabric.rule_commands(self.slots))
         self.install_routes(self.lab.routes.get(self.name, []))
 
     def install_routes(self, routes: list[tuple[str, list[str]]]) -> None:
         """Make the static routes of this router exactly ``routes`` (prefix, next hops): the
-        lab plays the fabric's routing protocol, converged at once."""
+        lab plays the fabric's routing protocol, converged at once. Other fabric modes than
+        ``ecmp`` also get their path-slot tables (and marking rules) for these routes."""
         for prefix, hops in routes:
             if len(hops) == 1:
                 self.ipr.route("replace", dst=prefix, gateway=hops[0])
@@ -148,6 +155,11 @@ class Router(LabNode):
             dst = f"{r.get_attr('RTA_DST')}/{r['dst_len']}"
             if dst not in keep:
                 self.ipr.route("del", dst=dst)
+        if self.lab.fabric == "ecmp" or self.slots < 2:
+            return
+        slot_routes = self.lab.path_slots(self.name)
+        tc.run_batch(self.netns, "ip", fabric.table_commands(slot_routes, self.slots))
+        tc.run_batch(self.netns, "nft", fabric.mark_commands(self.lab.fabric, slot_routes))
 
     def stop(self, deleteIntfs: bool = False) -> None:
         """Nothing to stop: the namespace and its links go with ``terminate``."""

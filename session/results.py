@@ -120,6 +120,7 @@ class LabSection(_Model):
     bringup_s: float = Field(description="bring-up time, s")
     teardown_s: float = Field(description="teardown time, s")
     nodes: int = Field(description="nodes (VMs, switches, routers)")
+    fabric: str = Field("ecmp", description="fabric mode: ecmp, spray or entropy (lab.fabric)")
     vms: list[VmEntry]
     links: list[LinkEntry]
     capabilities: dict[str, Capability] = Field(description="by capability name")
@@ -402,7 +403,8 @@ def lab_section(lab, caps: dict, fidelity: dict) -> LabSection:
              for a, b, info in topo.links(withInfo=True)]
     return LabSection(name=lab.name, bringup_s=round(lab.bringup_s or 0, 3),
                       teardown_s=round(lab.teardown_s or 0, 3), nodes=len(topo.nodes()),
-                      vms=vms, links=links, capabilities=as_json(caps), fidelity=fidelity)
+                      fabric=lab.fabric, vms=vms, links=links, capabilities=as_json(caps),
+                      fidelity=fidelity)
 
 
 def truth_section(lab, placements_at_start: dict) -> TruthSection:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from lab.clocks import ClockConfig
 from lab.errors import ScenarioError
 from lab.events import FAULT_TYPES, Fault
+from lab.fabric import FabricMode
 from lab.tc import LinkParams
 from session.daemons import AgentsSpec
 from session.load import Flow
@@ -75,6 +76,14 @@ class TopologySpec(_Strict):
         return self
 
 
+class FabricSpec(_Strict):
+    """How the routers choose among equal-cost paths (``lab.fabric``)."""
+
+    mode: FabricMode = Field("ecmp", description="ecmp: per-flow hash; spray: a random path "
+                             "per packet at every router; entropy: DSCP k takes path slot k "
+                             "(a load balancer in the hosts chooses)")
+
+
 class PlacementSpec(_Strict):
     vms_per_host: int = Field(1, gt=0, description="VMs per physical host")
     strategy: Literal[STRATEGIES] = "packed"  # type: ignore[valid-type]
@@ -122,6 +131,7 @@ class Scenario(_Strict):
     seed: int = 1
     duration_s: float = Field(10.0, gt=0, description="how long the lab runs after bring-up")
     topology: TopologySpec = TopologySpec()
+    fabric: FabricSpec = FabricSpec()
     placement: PlacementSpec = PlacementSpec()
     hosts: HostsSpec = HostsSpec()
     clocks: ClockConfig = ClockConfig()

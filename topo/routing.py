@@ -75,3 +75,26 @@ def _bfs(adj: dict[str, dict[str, str]], src: str, transit: set[str]) -> dict[st
                 dist[nb] = dist[n] + 1
                 queue.append(nb)
     return dist
+
+
+def path_slots(healthy: list[tuple[str, list[str]]], current: list[tuple[str, list[str]]]
+               ) -> list[tuple[str, list[tuple[int, str]]]]:
+    """Numbered paths of one router's multipath prefixes, stable across failures.
+
+    Slot k (1-based) of a prefix is the k-th next hop of its route in the healthy fabric
+    (``healthy``: ``ecmp_routes(topo)[router]``); it stays alive while that hop is still a
+    next hop of the route now (``current``: the routes without the down links). Prefixes with
+    a single healthy next hop have no slots.
+
+    Returns:
+        ``[(prefix, [(slot, next-hop IPv4), ...]), ...]`` for every multipath prefix that is
+        still reachable, alive slots only, in slot order.
+    """
+    now = dict(current)
+    out = []
+    for prefix, hops in healthy:
+        if len(hops) < 2 or prefix not in now:
+            continue
+        alive = [(k, hop) for k, hop in enumerate(hops, 1) if hop in now[prefix]]
+        out.append((prefix, alive))
+    return out

@@ -221,7 +221,8 @@ def _fake_lab(doc: dict):
                                   kind="link_down", target="leaf1-spine1", params={},
                                   source="timeline")  # e.g. lab.events.Event: attributes
     return types.SimpleNamespace(
-        topo=topo, name="t", bringup_s=0.5, teardown_s=0.1, phys=phys, leftovers=[],
+        topo=topo, name="t", fabric="spray", bringup_s=0.5, teardown_s=0.1, phys=phys,
+        leftovers=[],
         clocks=types.SimpleNamespace(truth=lambda: doc["truth"]["clocks"]),
         timeline=[event, doc["truth"]["faults"][0]])
 
@@ -235,6 +236,7 @@ def test_build_and_document_from_a_lab(doc, tmp_path):
                   sync=doc["sync"], placement_comparison=None)
     assert [v.name for v in res.lab.vms] == ["vm1", "vm2", "vm3", "vm4"]
     assert res.lab.links[0].bw == 100 and res.lab.fidelity.cpu_busy is None
+    assert res.lab.fabric == "spray"
     assert res.truth.faults[0].source == "timeline" and res.truth.faults[1].kind == "load"
     assert res.placement_comparison is None and res.jobs[1].name == "aware"
     out = R.document(sc, "t.yaml", lab, caps, fid, dict(lab.phys), sync=doc["sync"])

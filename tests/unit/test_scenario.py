@@ -135,3 +135,10 @@ def test_custom_mininet_topology_file(tmp_path):
     sc, topo = load(path)
     assert sorted(topo.hosts()) == ["h1", "h2", "h3", "h4"]
     assert {topo.nodeInfo(h)["phys"] for h in topo.hosts()} == {"phys1", "phys2"}
+
+
+def test_fabric_mode_is_checked_by_the_schema(tmp_path):
+    sc, _ = load(write(tmp_path, GOOD + "fabric: {mode: spray}\n"))
+    assert sc.fabric.mode == "spray"
+    errors = errors_of(write(tmp_path, GOOD + "fabric: {mode: reps}\n"))
+    assert "Input should be 'ecmp', 'spray' or 'entropy'" in errors["fabric.mode"]
