@@ -1,6 +1,9 @@
 """Fabric modes with real TCP: packet spraying spreads one flow over every spine (binomial
-tolerance), DSCP entropy pins a flow to one spine, and both survive a link failure."""
+tolerance), DSCP entropy pins a flow to one spine, a host discovers those paths by TTL probes,
+and both modes survive a link failure."""
+import json
 import math
+import sys
 
 from traffic import iperf3
 
@@ -57,6 +60,14 @@ def test_entropy_pins_a_flow_to_the_spine_its_dscp_names(make_lab):
         assert most > 0.999 * sum(delta.values()), (k, delta)
         chosen[k] = spine
     assert len(set(chosen.values())) == SPINES, chosen  # every DSCP its own spine
+    # the host finds the same paths by itself: the spine's address answers at TTL 2
+    out = lab["vm1"].cmd(f"{sys.executable} -m workloads.lb.paths 10.2.1.2 --dscp 1 2 3 4 "
+                         "--timeout 0.5")
+    hops = {int(k): v for k, v in json.loads(out).items()}
+    for k, spine in chosen.items():
+        toward_leaf1 = [i for i in lab[spine].intfList() if i.link and "leaf1" in
+                        (i.link.intf1.node.name, i.link.intf2.node.name)][0]
+        assert hops[k][1] == toward_leaf1.IP() and hops[k][-1] == "10.2.1.2", (k, hops)
     lab.faults.link_down("leaf1", chosen[1])  # slot 1 is dead: hashed over the others
     delta = flow_bytes(lab, "-S", "4")
     assert delta[chosen[1]] < 0.001 * sum(delta.values()), delta
