@@ -76,6 +76,18 @@ def discover(dst: str, dscps: list[int], max_ttl: int = 8, timeout_s: float = 1.
     return {d: trace(dst, dscp=d, max_ttl=max_ttl, timeout_s=timeout_s) for d in dscps}
 
 
+def distinct_paths(hops: dict[int, list[str | None]], at: int = 1) -> list[int]:
+    """One entropy value per distinct path: the smallest of those whose hop number ``at``
+    (0-based; 1 = the routers one hop past the first, the spines of a leaf-spine) answered
+    with the same address. Entropy values with no answer there are left out."""
+    first: dict[str, int] = {}
+    for e in sorted(hops):
+        h = hops[e]
+        if len(h) > at and h[at] is not None:
+            first.setdefault(h[at], e)
+    return sorted(first.values())
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m workloads.lb.paths",
                                 description="Discover the paths towards a host by TTL-limited "

@@ -100,3 +100,10 @@ def test_trace_reads_the_answer_from_the_error_queue():
     # nothing listens on the probe port: the destination answers port unreachable
     assert trace("127.0.0.1", dscp=3) == ["127.0.0.1"]
     assert probe("127.0.0.1", ttl=1, sport=0) == ("127.0.0.1", True)
+
+
+def test_distinct_paths_keep_one_entropy_per_spine():
+    from workloads.lb.paths import distinct_paths
+    hops = {1: ["a", "s1", "l2"], 2: ["a", "s2", "l2"], 3: ["a", "s1", "l2"], 4: ["a", None],
+            5: ["a"]}
+    assert distinct_paths(hops) == [1, 2]
