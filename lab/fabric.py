@@ -8,15 +8,16 @@
   fwmark k lookup 100+k`` sends it through table 100+k, which holds that prefix through the
   k-th next hop only.
 * ``entropy``: the host's entropy value selects the path: a packet with DSCP k goes through
-  slot k (``meta mark set ip dscp map {k : k, ...}``, then the same tables); DSCP 0, or a
-  slot that is not alive, is hashed as in ``ecmp``.
+  slot k (``meta mark set ip dscp map {k : k, ...}``, then the same tables); DSCP 0 is hashed
+  as in ``ecmp``. The DSCP of a dead slot is remapped to an alive one (alive slot number
+  (k - 1) mod alive, as a resilient ECMP group refills a dead member's buckets), so every
+  DSCP stays pinned to one path and a host's path discovery sees which.
   The collective library sets DSCP per connection (``workloads.transport.PathHints``), so a
   load balancer (REPS, Ethereal) steers each connection onto a path of its choice.
 
 Slot k of a prefix is the k-th next hop of its healthy route (``topo.routing.path_slots``);
-when a link fails its slot's table loses the prefix, and packets meant for it fall through to
-the main table's ECMP route over the remaining hops (a switch does the same with a dead
-member of an ECMP group).
+when a link fails its slot's table loses the prefix, and unmarked packets take the main
+table's ECMP route over the remaining hops.
 """
 from __future__ import annotations
 
@@ -78,11 +79,12 @@ def table_commands(slot_routes: list[tuple[str, list[tuple[int, str]]]], slots: 
     return lines
 
 
-def mark_commands(mode: str, slot_routes: list[tuple[str, list[tuple[int, str]]]]
-                  ) -> list[str]:
+def mark_commands(mode: str, slot_routes: list[tuple[str, list[tuple[int, str]]]],
+                  slots: int) -> list[str]:
     """``nft -f`` lines (table ``ip nslab_fabric``, replaced atomically) that mark every
     packet towards a multipath prefix with its slot: ``spray`` a uniformly random alive one,
-    ``entropy`` the slot named by the packet's DSCP when that slot is alive."""
+    ``entropy`` the slot named by the packet's DSCP (1..``slots``), remapped to an alive one
+    when it is dead."""
     lines = ["add table ip nslab_fabric", "delete table ip nslab_fabric",
              "add table ip nslab_fabric",
              "add chain ip nslab_fabric pick { type filter hook prerouting priority mangle; }"]
@@ -91,7 +93,10 @@ def mark_commands(mode: str, slot_routes: list[tuple[str, list[tuple[int, str]]]
             pick = ", ".join(f"{i} : {k}" for i, (k, _) in enumerate(alive))
             expr = f"numgen random mod {len(alive)} map {{ {pick} }}"
         elif mode == "entropy" and alive:
-            expr = "ip dscp map { " + ", ".join(f"{k} : {k}" for k, _ in alive) + " }"
+            live = [k for k, _ in alive]
+            pick = ", ".join(f"{k} : {k if k in live else live[(k - 1) % len(live)]}"
+                             for k in range(1, slots + 1))
+            expr = f"ip dscp map {{ {pick} }}"
         else:
             continue  # the main route takes it
         lines.append(f"add rule ip nslab_fabric pick ip daddr {prefix} meta mark set {expr}")

@@ -159,7 +159,8 @@ class Router(LabNode):
             return
         slot_routes = self.lab.path_slots(self.name)
         tc.run_batch(self.netns, "ip", fabric.table_commands(slot_routes, self.slots))
-        tc.run_batch(self.netns, "nft", fabric.mark_commands(self.lab.fabric, slot_routes))
+        tc.run_batch(self.netns, "nft", fabric.mark_commands(self.lab.fabric, slot_routes,
+                                                            self.slots))
 
     def stop(self, deleteIntfs: bool = False) -> None:
         """Nothing to stop: the namespace and its links go with ``terminate``."""

@@ -43,7 +43,8 @@ class LinkView:
     ``utilization``: the busier direction's throughput over the link rate (0..1; against
     1 Gbit/s for unshaped links); ``mbit``: that throughput, Mbit/s; ``bw_mbit``: the rate
     (None: unshaped); ``drops``: packets dropped on both ends since bring-up (qdisc and
-    interface counters); ``loss_percent``: injected loss.
+    interface counters); ``loss_percent``: injected loss; ``tx_bytes``: bytes sent by both
+    ends since bring-up.
     """
 
     a: str
@@ -54,6 +55,7 @@ class LinkView:
     mbit: float = 0.0
     bw_mbit: float | None = None
     loss_percent: float = 0.0
+    tx_bytes: int = 0
 
     @property
     def key(self) -> str:
@@ -139,12 +141,13 @@ class Snapshot:
     ``state``: "starting", "running", "paused" (timeline held), "done" (timeline over),
     "stopped" (torn down) or "error". ``pending``: the scenario's timeline entries not yet
     played, in order. ``owd_us``: ``{"a->b": p50 one-way delay, us}``; ``asymmetry_us``:
-    ``{"a<->b": owd(a->b) - owd(b->a), us}``.
+    ``{"a<->b": owd(a->b) - owd(b->a), us}``. ``fabric``: the fabric mode (``lab.fabric``).
     """
 
     time_s: float = 0.0
     scenario: str = ""
     lab: str = ""
+    fabric: str = "ecmp"
     state: str = "starting"
     nodes: list[NodeView] = field(default_factory=list)
     links: list[LinkView] = field(default_factory=list)

@@ -123,7 +123,8 @@ class LiveBackend:
         now_ns = time.time_ns()
         lab, topo = s.lab, s.topo
         snap = Snapshot(time_s=round(s.now_s(), 2), scenario=s.sc.name, lab=lab.name,
-                        state=s.state, hosts=sorted(set(lab.phys.values())),
+                        fabric=lab.fabric, state=s.state,
+                        hosts=sorted(set(lab.phys.values())),
                         truth_groups=scoring.truth_groups(lab.phys))
         snap.nodes = [NodeView(n, topo.nodeInfo(n).get("role", "vm"), tier(lab, n))
                       for n in topo.nodes()]
@@ -157,7 +158,8 @@ class LiveBackend:
                 * 8 / dt / 1e6
         return LinkView(a=lk.a, b=lk.b, up=lk.up, drops=lk.drops, mbit=round(mbit, 2),
                         utilization=round(min(1.0, mbit / (lk.bw_mbit or UNSHAPED_MBIT)), 3),
-                        bw_mbit=lk.bw_mbit, loss_percent=lk.loss_percent)
+                        bw_mbit=lk.bw_mbit, loss_percent=lk.loss_percent,
+                        tx_bytes=sum(lk.tx_bytes))
 
     def _vm_view(self, v: VmState, now_ns: int) -> VMView:
         cpu = 0.0

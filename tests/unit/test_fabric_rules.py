@@ -29,16 +29,18 @@ def test_single_hop_routes_have_no_slots():
 
 
 def test_spray_marks_a_random_alive_slot_and_entropy_the_dscp_slot():
-    rule = mark_commands("spray", slots(DOWN))[-1]
+    rule = mark_commands("spray", slots(DOWN), 3)[-1]
     assert rule.endswith("ip daddr 10.2.0.0/16 meta mark set numgen random mod 2 "
                          "map { 0 : 1, 1 : 3 }")
-    rule = mark_commands("entropy", slots(DOWN))[-1]
-    assert rule.endswith("ip daddr 10.2.0.0/16 meta mark set ip dscp map { 1 : 1, 3 : 3 }")
+    rule = mark_commands("entropy", slots(DOWN), 3)[-1]
+    # the dead slot 2's DSCP is pinned to an alive slot, never hashed
+    assert rule.endswith("ip daddr 10.2.0.0/16 meta mark set ip dscp map "
+                         "{ 1 : 1, 2 : 3, 3 : 3 }")
 
 
 def test_one_path_left_is_not_sprayed():
     (prefix, alive), = slots()
-    lines = mark_commands("spray", [(prefix, alive[:1])])
+    lines = mark_commands("spray", [(prefix, alive[:1])], 3)
     assert not [x for x in lines if "numgen" in x]
 
 

@@ -468,3 +468,16 @@ def test_snapshot_80x24(snap_compare_or_skip, keys):
 
 def test_snapshot_wide(snap_compare_or_skip):
     assert snap_compare_or_skip(_snap_app(), terminal_size=(140, 36), run_before=_settle)
+
+
+def test_fabric_info_shows_the_mode_and_the_link_bytes():
+    from tui.widgets.fabric import FabricView
+    _, frames = load_recording(DEFAULT_RECORDING)
+    snap = frames[MID]
+    snap.fabric = "spray"
+    lk = snap.link("leaf1", "spine1")
+    lk.tx_bytes = 12_345_678
+    view = FabricView()
+    view.snap = snap
+    assert view._info(lk).plain.startswith("spray [leaf1-spine1]")
+    assert " 12.3 MB" in view._info(lk).plain

@@ -178,10 +178,12 @@ class FabricView(Widget, can_focus=True):
             return t
         state = Text(" up ", "bold green") if lk.up else Text(" DOWN ", "bold white on red")
         rate = f"{lk.bw_mbit:g}" if lk.bw_mbit else "unshaped"
+        t.append(f"{self.snap.fabric} ", "cyan")
         t.append(f"[{lk.key}]", "bold")
         t.append(state)
         t.append(f" {lk.mbit:.1f}/{rate} Mbit/s ({lk.utilization:.0%})",
                  util_style(lk.utilization))
+        t.append(f" {lk.tx_bytes / 1e6:.1f} MB")
         t.append(f"  drops {lk.drops}", "magenta" if lk.drops else "")
         if lk.loss_percent:
             t.append(f"  loss {lk.loss_percent:g}%", "yellow")
