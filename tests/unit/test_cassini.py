@@ -1,0 +1,102 @@
+"""CASSINI's circles, scores and shifts (scheduler.cassini) on demand circles whose best
+rotation is known by hand."""
+import numpy as np
+import pytest
+
+from scheduler.cassini import Circle, best_rotation, job_shifts, score, unified_perimeter
+
+C = 100.0  # link capacity, Mbit/s
+
+
+def arc(period_s, comm_s, bw=C, start_s=0.0, res=1.0):
+    """A job that sends at ``bw`` for ``comm_s`` from ``start_s`` of every iteration."""
+    return Circle.from_phases(period_s, [(start_s, start_s + comm_s, bw)], res)
+
+
+def test_circle_from_phases_samples_arcs_and_wraps():
+    c = Circle.from_phases(1.0, [(0.2, 0.5, 10.0), (0.9, 1.1, 4.0)], resolution_s=0.1)
+    assert c.bins == 10 and c.period_s == pytest.approx(1.0)
+    assert c.demand.tolist() == [4, 0, 10, 10, 10, 0, 0, 0, 0, 4]
+    # on a unified circle of 2 iterations, delayed by 3 bins
+    assert c.on(20, 3)[:6].tolist() == [0, 0, 4, 4, 0, 10]
+    with pytest.raises(ValueError, match="not a multiple"):
+        c.on(15)
+    with pytest.raises(ValueError, match="shorter than one bin"):
+        Circle.from_phases(0.01, [], resolution_s=0.1)
+    with pytest.raises(ValueError, match="start <= end"):
+        Circle.from_phases(1.0, [(0.5, 0.2, 1.0)], resolution_s=0.1)
+    with pytest.raises(ValueError, match="finite values >= 0"):
+        Circle(np.array([1.0, -1.0]))
+
+
+def test_periods_40_and_60_unify_on_120():
+    a, b = arc(40, 10), arc(60, 10)
+    assert unified_perimeter([a, b]) == 120
+    # unshifted: B's [0,10) meets A's [0,10); B's [60,70) misses A's [40,50) and [80,90):
+    # 10 s of excess C in 120 s
+    assert score([a, b], [0, 0], C) == pytest.approx(1 - 10 / 120)
+    # B delayed by 10 s: [10,20) and [70,80) both fall in A's gaps
+    assert score([a, b], [0, 10], C) == pytest.approx(1.0)
+    rot = best_rotation([a, b], C)
+    assert rot.perimeter_s == 120 and rot.score == pytest.approx(1.0)
+    assert rot.shifts_s[0] == 0
+    # the zero-excess shifts of B (mod 60) are exactly 10, 30 and 50 s
+    fits = [s for s in range(60) if score([a, b], [0, s], C) == pytest.approx(1.0)]
+    assert fits == [10, 30, 50] and rot.shifts_s[1] == 10
+
+
+def test_half_rate_jobs_are_compatible_at_any_rotation():
+    a, b = arc(40, 30, bw=C / 2), arc(60, 50, bw=C / 2)
+    assert all(score([a, b], [0, s], C) == pytest.approx(1.0) for s in range(0, 60, 7))
+
+
+def test_incompatible_pair_best_overlap_known():
+    # two jobs of period 10 s that each send 6 s at full rate: at best 2 s of 10 overlap
+    a, b = arc(10, 6), arc(10, 6)
+    rot = best_rotation([a, b], C)
+    assert rot.score == pytest.approx(0.8)
+    assert rot.shifts_s[1] in (4.0, 5.0, 6.0)
+    assert score([a, b], [0, 0], C) == pytest.approx(0.4)  # fully aligned: 6 s of excess
+
+
+def test_three_jobs_interleave_on_one_link():
+    # three jobs of period 12 s, 4 s of communication each: rotations 0, 4, 8 tile the circle
+    circles = [arc(12, 4)] * 3
+    rot = best_rotation(circles, C)
+    assert rot.score == pytest.approx(1.0)
+    assert sorted(rot.shifts_s) == [0.0, 4.0, 8.0]
+
+
+def test_rotation_grid_limits_and_errors():
+    a, b = arc(40, 10), arc(60, 10)
+    # a 20 s grid cannot reach the fitting shifts 10/30/50: best is 0, 20 or 40, all 10/120
+    assert best_rotation([a, b], C, step_s=20).score == pytest.approx(1 - 10 / 120)
+    with pytest.raises(ValueError, match="60 rotations on the grid, more than"):
+        best_rotation([a, b], C, max_candidates=59)
+    with pytest.raises(ValueError, match="capacity"):
+        score([a, b], [0, 0], 0)
+    with pytest.raises(ValueError, match="one resolution_s"):
+        unified_perimeter([a, arc(60, 10, res=0.5)])
+
+
+def test_affinity_graph_chains_shifts_across_links():
+    periods = {"j1": 40.0, "j2": 60.0, "j3": 30.0}
+    # link l1: j1 at 0, j2 at 10; link l2: j2 at 0 (its reference), j3 at 5
+    shifts = job_shifts({"l1": {"j1": 0.0, "j2": 10.0}, "l2": {"j2": 0.0, "j3": 5.0}}, periods)
+    assert shifts == {"j1": 0.0, "j2": 10.0, "j3": 15.0}
+    # a shift is kept modulo the job's period; a separate part starts at 0
+    shifts = job_shifts({"l1": {"j1": 0.0, "j2": 10.0}, "l2": {"j2": 40.0, "j3": 5.0},
+                         "l3": {"j4": 3.0}}, {**periods, "j4": 7.0})
+    assert shifts == {"j1": 0.0, "j2": 10.0, "j3": pytest.approx((10 - 40 + 5) % 30),
+                      "j4": 0.0}
+
+
+def test_affinity_graph_refuses_loops():
+    periods = {"j1": 40.0, "j2": 60.0, "j3": 30.0}
+    with pytest.raises(ValueError, match="loop"):
+        job_shifts({"l1": {"j1": 0, "j2": 10}, "l2": {"j2": 0, "j3": 5},
+                    "l3": {"j3": 0, "j1": 1}}, periods)
+    with pytest.raises(ValueError, match="loop"):  # two links share the same two jobs
+        job_shifts({"l1": {"j1": 0, "j2": 10}, "l2": {"j1": 0, "j2": 20}}, periods)
+    with pytest.raises(ValueError, match="no period for job 'j9'"):
+        job_shifts({"l1": {"j9": 0}}, periods)
