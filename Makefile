@@ -54,6 +54,7 @@ bench: setup
 	$(BIN)/python benchmarks/collectives.py
 	$(BIN)/python benchmarks/placement.py
 	$(BIN)/python benchmarks/sync.py
+	$(BIN)/python benchmarks/cassini.py
 
 clean:
 	rm -rf $(VENV) *.egg-info build

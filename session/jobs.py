@@ -15,6 +15,7 @@ The truth then says whether the choice was right (``shared_host_ranks``).
 """
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -26,8 +27,8 @@ from workloads.job import Job, Spawn
 if TYPE_CHECKING:  # pragma: no cover
     from lab.lab import Lab
 
-__all__ = ["DDP", "PORT", "collocation_aware", "naive", "run", "shared_host_ranks",
-           "vm_spawn"]
+__all__ = ["DDP", "PORT", "collocation_aware", "finish", "launch", "naive", "run",
+           "run_together", "shared_host_ranks", "vm_spawn"]
 
 PORT = 7800  # every rank listens on this port of its VM (DDP: rank 0's is the rendezvous)
 
@@ -80,6 +81,39 @@ def vm_spawn(lab: Lab, vms: Sequence[str]) -> Spawn:
     return spawn
 
 
+def launch(lab: Lab, name: str, config: JobConfig, vms: Sequence[str]) -> Job:
+    """Start a job with rank ``r`` in VM ``vms[r]`` (listening on ``PORT`` of its VM's
+    address) and stamp ``job_start`` (collective, vms); ``finish`` waits for it. The caller
+    closes the returned ``Job`` (a context manager).
+
+    Raises:
+        ValueError: ``config`` does not fit ``len(vms)`` ranks (root, size, source ports);
+            nothing was started or stamped.
+        KeyError: a VM name the lab does not have.
+    """
+    addresses = [f"{lab[v].IP()}:{PORT}" for v in vms]
+    job = Job(name, config, addresses, spawn=vm_spawn(lab, vms), placement=list(vms))
+    lab.stamp("job_start", name, collective=job.config.collective, vms=list(vms))
+    return job.start()
+
+
+def finish(lab: Lab, job: Job) -> dict:
+    """Wait for a ``launch``ed job, stamp ``job_end`` (completion_s, error) and return its
+    ``jobs`` results entry (see ``run``); ``job.wait()`` keeps the full ``nslab.job/1``
+    summary (per-rank documents included)."""
+    summary = job.wait()
+    lab.stamp("job_end", job.name, completion_s=summary["completion_s"],
+              error=summary["error"])
+    keep = ("name", "collective", "nccl_name", "world", "bytes", "dtype", "iterations",
+            "compute_units", "completion_s", "iteration_s", "comm_s", "algbw_bit_s",
+            "busbw_bit_s", "wall_s", "verified", "error", "failed_ranks")
+    entry = {k: summary[k] for k in keep}
+    vms = [job.placement[r] for r in range(job.world)]
+    entry["placement"] = {"vms": vms, "phys": [lab.phys[v] for v in vms],
+                          "shared_host_ranks": shared_host_ranks(vms, lab.phys)}
+    return entry
+
+
 def run(lab: Lab, name: str, config: JobConfig, vms: Sequence[str]) -> dict:
     """Run a job with rank ``r`` in VM ``vms[r]``; returns its ``jobs`` results entry.
 
@@ -103,15 +137,23 @@ def run(lab: Lab, name: str, config: JobConfig, vms: Sequence[str]) -> dict:
             nothing was started or stamped.
         KeyError: a VM name the lab does not have.
     """
-    addresses = [f"{lab[v].IP()}:{PORT}" for v in vms]
-    with Job(name, config, addresses, spawn=vm_spawn(lab, vms), placement=list(vms)) as job:
-        lab.stamp("job_start", name, collective=job.config.collective, vms=list(vms))
-        summary = job.run()
-    lab.stamp("job_end", name, completion_s=summary["completion_s"], error=summary["error"])
-    keep = ("name", "collective", "nccl_name", "world", "bytes", "dtype", "iterations",
-            "compute_units", "completion_s", "iteration_s", "comm_s", "algbw_bit_s",
-            "busbw_bit_s", "wall_s", "verified", "error", "failed_ranks")
-    entry = {k: summary[k] for k in keep}
-    entry["placement"] = {"vms": list(vms), "phys": [lab.phys[v] for v in vms],
-                          "shared_host_ranks": shared_host_ranks(vms, lab.phys)}
-    return entry
+    return run_together(lab, [(name, config, vms)])[0][0]
+
+
+def run_together(lab: Lab, runs: Sequence[tuple[str, JobConfig, Sequence[str]]],
+                 ) -> list[tuple[dict, dict]]:
+    """Run several jobs at once (``(name, config, vms)`` each; no VM in two jobs: every rank
+    listens on ``PORT``); per job in the same order its ``jobs`` entry (see ``run``) and its
+    full ``nslab.job/1`` summary (per-rank documents included).
+
+    Raises:
+        ValueError: a VM in two jobs (nothing was started), or a ``config`` that does not fit
+            its ranks (the jobs started before it are stopped).
+        KeyError: a VM name the lab does not have.
+    """
+    used = [v for _, _, vms in runs for v in vms]
+    if len(set(used)) != len(used):
+        raise ValueError(f"jobs run together need distinct VMs, got {used}")
+    with contextlib.ExitStack() as stack:
+        started = [stack.enter_context(launch(lab, *r)) for r in runs]
+        return [(finish(lab, job), job.wait()) for job in started]

@@ -5,11 +5,11 @@
 "Results" documents the same fields with units.
 
 Sections always present: ``scenario``, ``lab``, ``truth``, ``teardown``. ``load``, ``agents``,
-``sync``, ``owd_us``, ``collocation``, ``jobs`` and ``placement_comparison`` appear when a
-scenario runs load, agents and jobs: an absent section means "not measured", never a
-placeholder, so ``dump`` and ``write`` leave it out. A None *inside* a present section is
-written as null (a value that could not be measured this time, e.g. a job's ``completion_s``
-when a rank failed).
+``sync``, ``owd_us``, ``collocation``, ``jobs``, ``placement_comparison`` and ``cassini``
+appear when a scenario runs load, agents, jobs and CASSINI's job sets: an absent section
+means "not measured", never a placeholder, so ``dump`` and ``write`` leave it out. A None
+*inside* a present section is written as null (a value that could not be measured this
+time, e.g. a job's ``completion_s`` when a rank failed).
 
 Units are in the field names and descriptions: ns, us, s; bit/s, Mbit/s; ppm; bytes, MiB;
 fractions (0.03 = 3 %) and percent are said so.
@@ -30,7 +30,7 @@ from lab.links import LINK_KEYS
 SCHEMA = "nslab.results/1"
 
 OPTIONAL_SECTIONS = ("load", "agents", "sync", "owd_us", "collocation", "jobs",
-                     "placement_comparison")
+                     "placement_comparison", "cassini")
 """Top-level sections present only when measured (absent otherwise, never null)."""
 
 
@@ -343,6 +343,59 @@ class PlacementComparison(_Model):
     naive_shared_host_ranks: int = Field(description="ranks of the naive job sharing a host")
 
 
+class CassiniJobTimes(_Model):
+    """One job's iteration times in one mode (an iteration counts as its slowest rank's)."""
+
+    p50_s: float = Field(description="median iteration time, s")
+    p99_s: float = Field(description="99th percentile iteration time, s")
+
+
+class CassiniMode(_Model):
+    """A set's jobs run together in one mode; times over every iteration of every job."""
+
+    mean_iteration_s: float | None = Field(description="mean iteration time, s")
+    p99_iteration_s: float | None = Field(description="99th percentile iteration time, s")
+    jobs: dict[str, CassiniJobTimes] = Field(default_factory=dict, description="per job")
+    error: str | None = Field(None, description="why the mode has no times")
+
+
+class CassiniProfile(_Model):
+    """A job's iteration measured alone (``scheduler.plan.Profile``)."""
+
+    iteration_s: float = Field(description="p50 iteration time alone, s")
+    compute_s: float = Field(description="p50 compute phase, s")
+    comm_s: float = Field(description="p50 collective phase, s")
+    demand_mbit: float = Field(description="bus bandwidth while communicating, Mbit/s")
+
+
+class CassiniSet(_Model):
+    """One set of jobs sharing a link: its CASSINI plan and the modes it ran in."""
+
+    name: str
+    score: float | None = Field(description="compatibility score at the best rotation (1 = "
+                                            "fully compatible); null when it could not be "
+                                            "planned")
+    unshifted_score: float | None = Field(None, description="score with every shift 0")
+    predicted_compatible: bool | None = Field(description="score >= the scenario's threshold")
+    perimeter_s: float | None = Field(None, description="unified circle's perimeter, s")
+    slots_s: dict[str, float] | None = Field(None, description="per job: its slot period, s")
+    shifts_s: dict[str, float] | None = Field(description="per job: its time shift, s")
+    profiles: dict[str, CassiniProfile] | None = Field(None, description="per job, alone")
+    error: str | None = Field(None, description="why the set could not be planned")
+    modes: dict[str, CassiniMode] = Field(description="fair, shifted_synced, shifted_raw "
+                                                      "(those that ran)")
+
+
+class CassiniSection(_Model):
+    """CASSINI's sets (``session.cassini``)."""
+
+    sets: list[CassiniSet]
+    score_ranks_gains: bool | None = Field(description="the scores rank the sets in the "
+                                                       "order of their measured gains (fair / "
+                                                       "shifted_synced mean); null with fewer "
+                                                       "than two")
+
+
 class Teardown(_Model):
     clean: bool = Field(description="nothing of the lab was left")
     leftovers: list[str] = Field(description="kernel objects or processes left")
@@ -370,6 +423,7 @@ class Results(_Model):
     collocation: CollocationSection | None = None
     jobs: list[JobEntry] | None = Field(None, description="per job, in scenario order")
     placement_comparison: PlacementComparison | None = None
+    cassini: CassiniSection | None = None
 
 
 def results_schema() -> dict:
@@ -520,10 +574,37 @@ def report(results: Results | Mapping) -> str:
         lines.append(f"  collocation-aware placement: {cmp_.aware_s:.3f} s vs naive "
                      f"{cmp_.naive_s:.3f} s (ratio {cmp_.ratio}); avoided shared hosts: "
                      f"{cmp_.aware_avoided_shared_hosts}")
+    lines += _cassini_report(doc)
     td = doc.teardown
     state = "clean" if td.clean else "LEFTOVERS " + ", ".join(td.leftovers)
     lines.append(f"  teardown: {state}")
     return "\n".join(lines)
+
+
+def _cassini_report(doc: Results) -> list[str]:
+    if doc.cassini is None:
+        return []
+    lines = []
+    for cs in doc.cassini.sets:
+        if cs.score is None:
+            lines.append(f"  cassini {cs.name}: not planned ({cs.error})")
+            continue
+        shifts = " ".join(f"{j} {t:.3f}" for j, t in (cs.shifts_s or {}).items())
+        lines.append(f"  cassini {cs.name}: score {cs.score:.3f} (unshifted "
+                     f"{cs.unshifted_score:.3f}), compatible {cs.predicted_compatible}, "
+                     f"shifts s: {shifts}")
+        fair = cs.modes.get("fair")
+        for name, m in cs.modes.items():
+            if m.mean_iteration_s is None:
+                lines.append(f"    {name:15s} {m.error}")
+                continue
+            ratio = (f" (fair / this: mean {fair.mean_iteration_s / m.mean_iteration_s:.2f}, "
+                     f"p99 {fair.p99_iteration_s / m.p99_iteration_s:.2f})"
+                     if fair and fair.mean_iteration_s and name != "fair" else "")
+            lines.append(f"    {name:15s} iteration mean {m.mean_iteration_s:.3f} s, p99 "
+                         f"{m.p99_iteration_s:.3f} s{ratio}")
+    lines.append(f"  cassini: scores rank the sets' gains: {doc.cassini.score_ranks_gains}")
+    return lines
 
 
 def _fmt(stats: Stats, unit: str) -> str:

@@ -125,6 +125,41 @@ class JobSpec(JobConfig):
                                                         exclude_unset=True))
 
 
+CassiniMode = Literal["fair", "shifted_synced", "shifted_raw"]
+
+
+class CassiniSet(_Strict):
+    """Jobs (names of the scenario's ``jobs``) that share one link."""
+
+    name: str
+    jobs: list[str] = Field(min_length=1, description="names of the scenario's jobs")
+
+
+class CassiniSpec(_Strict):
+    """The scenario's ``cassini`` section: job sets, the shared link's capacity, the modes and
+    the scheduler's parameters (``scheduler.plan``)."""
+
+    capacity_mbit: float = Field(gt=0, description="rate of the link the jobs of a set share, "
+                                 "Mbit/s")
+    sets: list[CassiniSet] = Field(min_length=1)
+    modes: list[CassiniMode] = Field(
+        default_factory=lambda: ["fair", "shifted_synced", "shifted_raw"], min_length=1,
+        description="fair: together, back to back; shifted_synced: CASSINI slots on clocks "
+        "corrected by the agents; shifted_raw: the slots on raw VM clocks")
+    margin: float = Field(0.1, ge=0, le=10, description="slot = iteration alone * (1 + margin)"
+                          ", rounded up to quantum_s")
+    quantum_s: float = Field(0.05, gt=0, le=60, description="slots are multiples of it, s")
+    threshold: float = Field(0.95, le=1, description="a set is predicted compatible when its "
+                             "score is at least this")
+
+    @model_validator(mode="after")
+    def _distinct(self) -> CassiniSpec:
+        for s in self.sets:
+            if len(set(s.jobs)) != len(s.jobs):
+                raise ValueError(f"sets: {s.name} names a job twice")
+        return self
+
+
 class Scenario(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_]{0,15}$", description="also the lab name")
     description: str = ""
@@ -140,6 +175,31 @@ class Scenario(_Strict):
     agents: AgentsSpec = AgentsSpec()
     load: list[Flow] = Field(default_factory=list, description="background iperf3 flows")
     jobs: list[JobSpec] = Field(default_factory=list)
+    cassini: CassiniSpec | None = Field(None, description="job sets sharing a link, run alone, "
+                                        "then together in each mode (session.cassini); their "
+                                        "jobs leave the one-after-another turn")
+
+    @model_validator(mode="after")
+    def _cassini_jobs(self) -> Scenario:
+        if self.cassini is None:
+            return self
+        specs = {j.name: j for j in self.jobs}
+        for s in self.cassini.sets:
+            for name in s.jobs:
+                if name not in specs:
+                    raise ValueError(f"cassini.sets: {s.name} names job {name!r}, not in jobs")
+                if not isinstance(specs[name].placement, list):
+                    raise ValueError(f"cassini.sets: job {name} needs its VMs listed "
+                                     "(placement: [vm, ...]) to share the set's link")
+            used = [v for name in s.jobs for v in specs[name].placement]
+            if len(set(used)) != len(used):
+                raise ValueError(f"cassini.sets: the jobs of {s.name} share a VM; give each "
+                                 "its own VMs")
+        return self
+
+    def cassini_jobs(self) -> set[str]:
+        """Names of the jobs that run in the cassini sets."""
+        return {n for s in self.cassini.sets for n in s.jobs} if self.cassini else set()
 
 
 def builtin_names() -> list[str]:

@@ -33,7 +33,7 @@ from lab.events import Event, Fault, Source
 from lab.fidelity import FidelitySampler
 from lab.lab import Lab
 from lab.observe import LinkState, VmState, link_states, vm_states
-from session import jobs, results, scoring
+from session import cassini, jobs, results, scoring
 from session.daemons import AgentMesh
 from session.load import LoadRunner
 from session.scenario import JobSpec, Scenario
@@ -114,6 +114,7 @@ class Session:
         self.sampler = FidelitySampler(interval_s=0.5)
         self.load = LoadRunner(self.lab, list(scenario.load))
         self.job_entries: dict[str, dict] = {}
+        self.cassini_sets: list[dict] = []
         self.load_entries: list[dict] = []
         self.capabilities: dict = {}
         self.placements: dict[str, str] = {}
@@ -205,6 +206,8 @@ class Session:
         if self.run_jobs and self.sc.jobs:
             self.state = "jobs"
             self._jobs()
+            if self.sc.cassini is not None:
+                self._cassini()
         if not self._halt.is_set():
             self.state = "done"
         self._done.set()
@@ -329,10 +332,14 @@ class Session:
                                       spec.ranks)
 
     def _jobs(self) -> None:
-        """The scenario's jobs one after another; one ``jobs`` entry each (errors included)."""
+        """The scenario's jobs one after another (but those of ``cassini`` sets); one ``jobs``
+        entry each (errors included)."""
+        together = self.sc.cassini_jobs()
         for spec in self.sc.jobs:
             if self._halt.is_set():
                 return
+            if spec.name in together:
+                continue
             policy = spec.placement if isinstance(spec.placement, str) else "explicit"
             try:
                 vms = self.choose(spec)
@@ -347,6 +354,19 @@ class Session:
             self.progress(f"job {spec.name}: completion {entry['completion_s']} s, "
                           f"verified {entry['verified']}")
             self.job_entries[spec.name] = entry
+
+    def _cassini(self) -> None:
+        """The ``cassini`` sets: each profiled, planned and run in every mode
+        (``session.cassini``); the section's entries in ``cassini_sets``."""
+        specs = {j.name: j for j in self.sc.jobs}
+        for cset in self.sc.cassini.sets:
+            if self._halt.is_set():
+                return
+            configs = {n: specs[n].config() for n in cset.jobs}
+            vms = {n: list(specs[n].placement) for n in cset.jobs}
+            self.cassini_sets.append(cassini.run_set(
+                self.lab, self.sc.cassini, cset, configs, vms, lambda: self.agents_state,
+                self.progress))
 
     # -- what it shows now -----------------------------------------------------------------
     def links(self) -> list[LinkState]:
@@ -376,9 +396,13 @@ class Session:
         if self.mesh is not None:
             sections.update(scoring.agent_sections(self.lab, self.mesh, self.watcher,
                                                    self._agent_cost or {}))
-        if self.sc.jobs:
+        if any(s.name not in self.sc.cassini_jobs() for s in self.sc.jobs):
             sections["jobs"] = [self.job_entries[s.name] for s in self.sc.jobs
                                 if s.name in self.job_entries]
             sections["placement_comparison"] = scoring.placement_comparison(sections["jobs"])
+        if self.cassini_sets:
+            sections["cassini"] = {"sets": self.cassini_sets,
+                                   "score_ranks_gains": cassini.predicted_ranking(
+                                       self.cassini_sets)}
         return results.document(self.sc, self.source, self.lab, self.capabilities,
                                 self.sampler.summary(), self.placements, **sections)

@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from workloads import collectives as coll
+from workloads.schedule import Schedule
 from workloads.transport import PathHints, parse_address
 
 DDP = "ddp"
@@ -40,7 +41,7 @@ DEFAULT_HIDDEN = 256
 IN_FEATURES, OUT_FEATURES, BATCH = 64, 8, 32
 # fields the DDP workload does not use: they must keep their defaults in a ddp job
 NCCL_ONLY = ("dtype", "op", "root", "compute_units", "conns_per_peer", "src_port_base", "dscp",
-             "connect_timeout_s")
+             "connect_timeout_s", "schedule")
 
 
 def ddp_params(hidden: int) -> int:
@@ -101,6 +102,10 @@ class JobConfig(BaseModel):
                       "DDP model's data)")
     hidden: int | None = Field(None, ge=1, le=4096, description="ddp only: width of the "
                                "model's two hidden layers (default 256)")
+    schedule: Schedule | None = Field(
+        None, description="iteration slots (CASSINI's time shift, workloads.schedule): "
+        "iteration i starts no earlier than start_ns + shift_s + i * period_s on the reference "
+        "clock, read through each rank's VM clock and offset (default: back to back)")
 
     @field_validator("collective")
     @classmethod
@@ -232,6 +237,12 @@ class WorkerConfig(BaseModel):
         if self.rank >= self.world:
             raise ValueError(f"rank: {self.rank} is outside 0..{self.world - 1} "
                              f"({self.world} peer addresses)")
+        schedule = self.job.schedule
+        for name in ("offsets_ns", "drifts_ppm"):
+            given = getattr(schedule, name) if schedule else []
+            if given and len(given) != self.world:
+                raise ValueError(f"schedule.{name}: {len(given)} values for {self.world} "
+                                 "ranks; give one per rank or none")
         self.job.count_for(self.world)
         return self
 

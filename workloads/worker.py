@@ -3,11 +3,13 @@
 The configuration is one ``config.WorkerConfig`` document (the job's ``JobConfig``, the job
 name, this rank and every rank's ``host:port``), validated once when it is read. The worker
 connects to every other rank (``transport.Mesh``), then runs ``warmup`` + ``iterations``
-iterations of: a compute phase (``compute_units`` matrix products, real CPU work, so a noisy
-neighbour on the same CPU slows it), then the collective. Every iteration is timed with the
-VM clock (``agents.clock.Clock``: ``NSLAB_CLOCK`` inside the lab, the system clock outside)
-and its result is compared bit for bit with ``collectives.expected`` (the recv buffer is
-poisoned before each iteration, so a stale result cannot pass).
+iterations of: a wait for the iteration's slot when the job has a ``schedule``
+(``workloads.schedule``: CASSINI's time shift), a compute phase (``compute_units`` matrix
+products, real CPU work, so a noisy neighbour on the same CPU slows it), then the collective.
+Every iteration is timed with the VM clock (``agents.clock.Clock``: ``NSLAB_CLOCK`` inside
+the lab, the system clock outside) and its result is compared bit for bit with
+``collectives.expected`` (the recv buffer is poisoned before each iteration, so a stale
+result cannot pass).
 
 It prints one JSON document (schema ``nslab.worker/1``) as the last line of stdout, and
 writes it to ``--json PATH`` if given. Fields (units in the names):
@@ -16,10 +18,12 @@ writes it to ``--json PATH`` if given. Fields (units in the names):
     nccl_name, count (NCCL count, elements), dtype, op, root (None unless rooted), bytes
     (nccl-tests "size"), iterations, warmup, compute_units, conns_per_peer, src_port_base,
     dscp, seed, clock ("emulated" or "system"), connect_s, start_ns / end_ns (VM clock, first
-    timed iteration start and last end), elapsed_s, iteration_s / compute_s / comm_s (one per
-    timed iteration, seconds), verified (bool), error (None or a message starting "rank R: "),
-    error_kind (None, config, unreachable, peer_lost, timeout, terminated, verify, internal),
-    flows (the TCP connections: peer, conn, local, remote, initiator, dscp).
+    timed iteration start and last end), elapsed_s, iteration_s / wait_s / compute_s / comm_s
+    (one per timed iteration, seconds; an iteration is its slot wait, compute and collective),
+    comm_start_ns (one per timed iteration: the collective's start, VM clock), verified (bool),
+    error (None or a message starting "rank R: "), error_kind (None, config, unreachable,
+    peer_lost, timeout, terminated, verify, internal), flows (the TCP connections: peer, conn,
+    local, remote, initiator, dscp).
 
 Exit status: 0 success, 1 the job failed (peer unreachable or lost, timeout, SIGTERM,
 internal error), 2 bad configuration, 3 a result differed from the reference. The worker never
@@ -48,6 +52,7 @@ from agents.clock import Clock
 from workloads import collectives as coll
 from workloads.config import DDP, JobConfig, WorkerConfig, describe, read_json_argument
 from workloads.errors import ConfigError, JobTimeoutError, WorkloadError
+from workloads.schedule import wait_until
 from workloads.transport import Mesh
 
 SCHEMA = "nslab.worker/1"
@@ -96,8 +101,8 @@ def base_document(cfg: WorkerConfig) -> dict:
         "iterations": job.iterations, "warmup": job.warmup, "compute_units": job.compute_units,
         "conns_per_peer": job.conns_per_peer, "src_port_base": job.src_port_base,
         "dscp": list(job.dscp), "seed": job.seed, "clock": None, "connect_s": None,
-        "start_ns": None, "end_ns": None, "elapsed_s": None,
-        "iteration_s": [], "compute_s": [], "comm_s": [], "verified": False,
+        "start_ns": None, "end_ns": None, "elapsed_s": None, "iteration_s": [], "wait_s": [],
+        "compute_s": [], "comm_s": [], "comm_start_ns": [], "verified": False,
         "error": None, "error_kind": None, "flows": [],
     }
 
@@ -168,7 +173,10 @@ def run_worker(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None =
                     raise JobTimeoutError(f"rank {rank}: job timeout ({job.timeout_s} s) "
                                           f"before iteration {i}")
                 _poison(recvbuf)
-                t0 = clock.now_ns()
+                t0 = tc = clock.now_ns()
+                if job.schedule is not None:
+                    wait_until(clock, job.schedule.slot_ns(i, rank))
+                    tc = clock.now_ns()
                 compute(job.compute_units, a, b, out)
                 t1 = clock.now_ns()
                 coll.run(job.collective, mesh, sendbuf, recvbuf, op=job.op, root=job.root)
@@ -176,7 +184,7 @@ def run_worker(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None =
                 if want is not None and problem is None and not np.array_equal(recvbuf, want):
                     problem = _mismatch(recvbuf, want, i)
                 if i >= job.warmup:
-                    record(doc, t0, t1, t2)
+                    record(doc, t0, t1, t2, tc)
             mesh.close(graceful=True)
             closed = True
             if problem:
@@ -190,16 +198,20 @@ def run_worker(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None =
     return doc
 
 
-def record(doc: dict, t0: int, t1: int, t2: int) -> None:
-    """Add one timed iteration (VM clock, ns): compute from ``t0`` to ``t1``, communication
-    from ``t1`` to ``t2``; keeps ``start_ns``, ``end_ns`` and ``elapsed_s`` up to date."""
+def record(doc: dict, t0: int, t1: int, t2: int, tc: int | None = None) -> None:
+    """Add one timed iteration (VM clock, ns): it starts at ``t0``, waits for its slot until
+    ``tc`` (default ``t0``: no wait), computes until ``t1`` and communicates until ``t2``;
+    keeps ``start_ns``, ``end_ns`` and ``elapsed_s`` up to date."""
+    tc = t0 if tc is None else tc
     if doc["start_ns"] is None:
         doc["start_ns"] = t0
     doc["end_ns"] = t2
     doc["elapsed_s"] = (t2 - doc["start_ns"]) / 1e9
     doc["iteration_s"].append((t2 - t0) / 1e9)
-    doc["compute_s"].append((t1 - t0) / 1e9)
+    doc["wait_s"].append((tc - t0) / 1e9)
+    doc["compute_s"].append((t1 - tc) / 1e9)
     doc["comm_s"].append((t2 - t1) / 1e9)
+    doc["comm_start_ns"].append(t1)
 
 
 def exit_status(doc: dict) -> int:

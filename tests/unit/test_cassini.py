@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from scheduler.cassini import Circle, best_rotation, job_shifts, score, unified_perimeter
+from scheduler.plan import Profile, plan, profile, slot_s
 
 C = 100.0  # link capacity, Mbit/s
 
@@ -100,3 +101,34 @@ def test_affinity_graph_refuses_loops():
         job_shifts({"l1": {"j1": 0, "j2": 10}, "l2": {"j1": 0, "j2": 20}}, periods)
     with pytest.raises(ValueError, match="no period for job 'j9'"):
         job_shifts({"l1": {"j9": 0}}, periods)
+
+
+def summary(compute, comm, nbytes=1_000_000, bus_factor=1.0, ranks=2):
+    """A job's nslab.job/1 summary as far as the scheduler reads it; rank r is r ms slower."""
+    workers = [{"compute_s": [c + r / 1000 for c in compute], "comm_s": list(comm)}
+               for r in range(ranks)]
+    return {"name": "j", "error": None, "bytes": nbytes, "bus_factor": bus_factor,
+            "workers": workers}
+
+
+def test_profile_takes_the_slowest_rank_and_the_median():
+    p = profile(summary([0.1, 0.1, 0.5], [0.08, 0.08, 0.3]))
+    assert p.compute_s == pytest.approx(0.101) and p.comm_s == pytest.approx(0.08)
+    assert p.iteration_s == pytest.approx(0.181)
+    assert p.demand_mbit == pytest.approx(8 * 1e6 / 0.08 / 1e6)  # 100 Mbit/s
+    assert slot_s(p, margin=0.1, quantum_s=0.05) == pytest.approx(0.2)  # 0.199 up to 0.2
+    with pytest.raises(ValueError, match="no timings"):
+        profile({**summary([0.1], [0.1]), "error": "rank 1: lost"})
+
+
+def test_plan_shifts_two_half_duty_jobs_apart():
+    # both: 0.1 s compute then 0.1 s at 100 Mbit/s on a 100 Mbit/s link: aligned they
+    # collide half of the time (score 0.5), shifted by half a period they fit (score 1)
+    p = Profile(iteration_s=0.2, compute_s=0.1, comm_s=0.1, demand_mbit=100.0)
+    got = plan({"a": p, "b": p}, capacity_mbit=100, margin=0.0, quantum_s=0.05)
+    assert got.slots_s == {"a": pytest.approx(0.2), "b": pytest.approx(0.2)}
+    assert got.score == pytest.approx(1.0) and got.unshifted_score == pytest.approx(0.5)
+    assert got.shifts_s == {"a": 0.0, "b": pytest.approx(0.1)}
+    # three such jobs cannot fit: at best two of three collide a third of the time
+    three = plan({"a": p, "b": p, "c": p}, capacity_mbit=100, margin=0.0, quantum_s=0.05)
+    assert three.score == pytest.approx(0.5)

@@ -83,7 +83,7 @@ def test_report_prints_the_real_document(doc):
 
 def test_absent_sections_are_omitted_not_null(doc, tmp_path):
     for key in R.OPTIONAL_SECTIONS:
-        del doc[key]
+        doc.pop(key, None)
     res = R.validate(doc)
     assert res.sync is None and res.jobs is None
     out = R.dump(res)
@@ -93,7 +93,8 @@ def test_absent_sections_are_omitted_not_null(doc, tmp_path):
     assert set(json.loads(path.read_text())) == set(out)
     lines = R.report(res).splitlines()
     assert not [x for x in lines if x.startswith(("  clock sync", "  job ", "  load ",
-                                                   "  agents", "  collocation"))]
+                                                   "  agents", "  collocation",
+                                                   "  cassini"))]
     assert lines[-1] == "  teardown: clean"
 
 
@@ -253,3 +254,31 @@ def test_build_and_document_from_a_lab(doc, tmp_path):
 def test_write_to_stdout(doc, capsys):
     R.write(doc, "-")
     assert json.loads(capsys.readouterr().out)["scenario"]["name"] == "quickstart"
+
+
+def test_cassini_section_validates_and_reports(doc):
+    times = {"mean_iteration_s": 0.3, "p99_iteration_s": 0.4,
+             "jobs": {"a": {"p50_s": 0.3, "p99_s": 0.4}}}
+    doc["cassini"] = {"score_ranks_gains": None, "sets": [
+        {"name": "pair", "score": 1.0, "unshifted_score": 0.5, "predicted_compatible": True,
+         "perimeter_s": 0.3, "slots_s": {"a": 0.3}, "shifts_s": {"a": 0.0},
+         "profiles": {"a": {"iteration_s": 0.2, "compute_s": 0.1, "comm_s": 0.1,
+                            "demand_mbit": 95.0}},
+         "modes": {"fair": {**times, "mean_iteration_s": 0.45, "p99_iteration_s": 0.8},
+                   "shifted_synced": times,
+                   "shifted_raw": {"mean_iteration_s": None, "p99_iteration_s": None,
+                                   "error": "rank 0: lost"}}},
+        {"name": "trio", "score": None, "predicted_compatible": None, "shifts_s": None,
+         "error": "job c: no timings to profile", "modes": {}}]}
+    res = R.validate(doc)
+    assert res.cassini.sets[0].modes["shifted_synced"].jobs["a"].p99_s == 0.4
+    assert R.dump(res)["cassini"]["sets"][1]["profiles"] is None
+    text = R.report(res)
+    for line in ["  cassini pair: score 1.000 (unshifted 0.500), compatible True, shifts s: "
+                 "a 0.000",
+                 "    shifted_synced  iteration mean 0.300 s, p99 0.400 s (fair / this: mean "
+                 "1.50, p99 2.00)",
+                 "    shifted_raw     rank 0: lost",
+                 "  cassini trio: not planned (job c: no timings to profile)",
+                 "  cassini: scores rank the sets' gains: None"]:
+        assert line in text.splitlines(), text

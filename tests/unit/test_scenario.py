@@ -142,3 +142,24 @@ def test_fabric_mode_is_checked_by_the_schema(tmp_path):
     assert sc.fabric.mode == "spray"
     errors = errors_of(write(tmp_path, GOOD + "fabric: {mode: reps}\n"))
     assert "Input should be 'ecmp', 'spray' or 'entropy'" in errors["fabric.mode"]
+
+
+@pytest.mark.parametrize("jobs, sets, message", [
+    ("[{name: a, ranks: 2, placement: [vm1, vm3]}]", "[{name: s, jobs: [a, z]}]",
+     "names job 'z', not in jobs"),
+    ("[{name: a, ranks: 2}]", "[{name: s, jobs: [a]}]", "needs its VMs listed"),
+    ("[{name: a, ranks: 2, placement: [vm1, vm3]}, {name: b, ranks: 2, placement: [vm2, vm3]}]",
+     "[{name: s, jobs: [a, b]}]", "share a VM"),
+    ("[{name: a, ranks: 2, placement: [vm1, vm3]}]", "[{name: s, jobs: [a, a]}]",
+     "names a job twice"),
+])
+def test_cassini_sets_name_jobs_with_their_own_vms(tmp_path, jobs, sets, message):
+    text = GOOD + f"jobs: {jobs}\ncassini: {{capacity_mbit: 100, sets: {sets}}}\n"
+    errs = errors_of(write(tmp_path, text))
+    assert any(message in m for m in errs.values()), errs
+
+
+def test_cassini_jobs_leave_the_sequential_turn():
+    sc, _ = load("cassini")
+    assert sc.cassini_jobs() == {"a", "b", "c", "d", "e"}
+    assert sc.cassini.modes == ["fair", "shifted_synced", "shifted_raw"]

@@ -14,6 +14,7 @@ from agents.clock import Clock, ClockSpec, Oscillator, Segment
 from workloads import worker as wk
 from workloads.config import JobConfig, WorkerConfig
 from workloads.job import Job, local_spawn, loopback_addresses, run_job
+from workloads.schedule import Schedule
 
 S = 1_000_000_000
 
@@ -55,6 +56,39 @@ def test_worker_times_iterations_with_the_vm_clock(tmp_path):
         assert 0 < d["elapsed_s"] < 20 and d["end_ns"] > d["start_ns"]
         assert len(d["flows"]) == 2 * 2
     json.dumps(docs)  # the report is plain JSON
+
+
+def test_slots_follow_the_offset_and_drift_of_each_rank():
+    sc = Schedule(start_ns=10 * S, period_s=2.0, shift_s=1.0, offsets_ns=[0, -5_000],
+                  drifts_ppm=[0.0, 100.0])
+    assert sc.slot_ns(0, 0) == 11 * S and sc.slot_ns(2, 0) == 15 * S
+    # rank 1: 5 us behind the reference at start_ns, 100 ppm fast: +500 us after 5 s
+    assert sc.slot_ns(2, 1) == 15 * S - 5_000 + 500_000
+    assert Schedule(start_ns=0, period_s=1.0).slot_ns(3, 7) == 3 * S  # raw VM clocks
+
+
+def test_scheduled_iterations_start_on_their_slots_of_the_vm_clock(tmp_path):
+    # the VM clock is 3 s ahead of the reference (system) clock: with that offset the slots
+    # hold in reference time; every iteration (warmup 1) starts on its own slot, not earlier
+    now = time.time_ns()
+    path = tmp_path / "clock.json"
+    ClockSpec("vm1", [Segment(now, 3e9, "h1", Oscillator(now, 0.0))]).write(str(path))
+    start = now + S // 2
+    schedule = {"start_ns": start, "period_s": 0.15, "shift_s": 0.05, "offsets_ns": [3 * S] * 2}
+    docs = run_ranks_in_threads(2, "slots", clock=Clock(str(path)), count=64, iterations=4,
+                                warmup=1, schedule=schedule)
+    for d in docs:
+        assert d["error"] is None and d["verified"], d["error"]
+        assert len(d["wait_s"]) == 4 and d["iteration_s"] == pytest.approx(
+            np.add(np.add(d["wait_s"], d["compute_s"]), d["comm_s"]))
+        for i, t1 in enumerate(d["comm_start_ns"]):
+            slot = start + 3 * S + round((0.05 + (i + 1) * 0.15) * S)  # VM clock
+            late = (t1 - d["compute_s"][i] * S - slot) / S
+            assert 0 <= late < 0.05, (i, late)
+        assert min(d["wait_s"]) > 0.05  # a tiny job waits out most of every slot
+    with pytest.raises(ValueError, match="offsets_ns: 1 values for 2 ranks"):
+        WorkerConfig(name="x", rank=0, peers=loopback_addresses(2),
+                     job=JobConfig(schedule={**schedule, "offsets_ns": [0]}))
 
 
 def test_worker_reports_a_wrong_result(monkeypatch):
