@@ -9,7 +9,8 @@ of the lab.
   demand while communicating (nccl-tests bus bandwidth: ``8 * bytes * bus_factor / comm``,
   what crosses each link of the ring, Mbit/s).
 * ``slot_s``: the period the job will run at under a schedule: its iteration time plus a
-  margin, rounded up to a quantum so the unified circle (LCM) stays short.
+  margin, rounded up to a quantum so the unified circle (LCM) stays short; in ``plan``, jobs
+  whose iteration plus margin reaches the longest iteration take the longest slot.
 * ``plan``: circles on the slots (compute arc down, collective arc up), the best rotation on
   the shared link (``cassini.best_rotation``) and the shifts per job.
 """
@@ -20,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from scheduler.cassini import DEFAULT_RESOLUTION_S, Circle, best_rotation, job_shifts, score
+from workloads.stats import percentiles
 
 
 @dataclass(frozen=True)
@@ -39,29 +41,33 @@ class Profile:
     demand_mbit: float
 
 
+def per_iteration(summary: Mapping, key: str) -> list[float]:
+    """Per timed iteration of a job, its slowest rank's ``key`` (``iteration_s``,
+    ``compute_s``, ``comm_s`` of the ranks' ``nslab.worker/1`` documents), s; [] when the job
+    failed."""
+    workers = summary.get("workers") or []
+    if summary.get("error") or not workers or any(w is None for w in workers):
+        return []
+    return [max(x) for x in zip(*(w[key] for w in workers), strict=True)]
+
+
 def profile(summary: Mapping) -> Profile:
-    """A job's ``Profile`` from its ``nslab.job/1`` summary of a run alone (every rank's
-    ``compute_s`` and ``comm_s`` per iteration: an iteration's phase is its slowest rank's).
+    """A job's ``Profile`` from its ``nslab.job/1`` summary of a run alone (``per_iteration``
+    compute and collective phases, their p50).
 
     Raises:
         ValueError: the job failed (no timings), or its collectives took no time.
     """
-    workers = summary.get("workers") or []
-    if summary.get("error") or not workers or any(w is None for w in workers):
+    compute, comm = (percentiles(per_iteration(summary, k), keys=("p50",))
+                     for k in ("compute_s", "comm_s"))
+    if compute is None or comm is None:
         raise ValueError(f"job {summary.get('name')}: no timings to profile "
                          f"({summary.get('error')})")
-    compute = _p50([max(x) for x in zip(*(w["compute_s"] for w in workers), strict=True)])
-    comm = _p50([max(x) for x in zip(*(w["comm_s"] for w in workers), strict=True)])
+    compute, comm = compute["p50"], comm["p50"]
     if comm <= 0:
         raise ValueError(f"job {summary.get('name')}: collectives of 0 s")
     return Profile(iteration_s=compute + comm, compute_s=compute, comm_s=comm,
                    demand_mbit=8 * summary["bytes"] * summary["bus_factor"] / comm / 1e6)
-
-
-def _p50(xs: list[float]) -> float:
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
 def slot_s(p: Profile, margin: float, quantum_s: float) -> float:
@@ -91,7 +97,8 @@ class Plan:
 def plan(profiles: Mapping[str, Profile], capacity_mbit: float, margin: float = 0.1,
          quantum_s: float = 0.05, resolution_s: float = DEFAULT_RESOLUTION_S) -> Plan:
     """Slots, the best rotation and per-job shifts for jobs that share one link of
-    ``capacity_mbit``: each job's circle has perimeter ``slot_s`` with its collective arc
+    ``capacity_mbit``: each job's circle has perimeter ``slot_s`` (the longest slot when its
+    iteration times ``1 + margin`` reaches the longest iteration) with its collective arc
     (``demand_mbit``) after its compute arc.
 
     Raises:
@@ -102,6 +109,9 @@ def plan(profiles: Mapping[str, Profile], capacity_mbit: float, margin: float = 
         raise ValueError("profiles: at least one job")
     names = list(profiles)
     slots = {n: slot_s(profiles[n], margin, quantum_s) for n in names}
+    top = max(profiles[n].iteration_s for n in names)
+    slots = {n: max(slots.values()) if profiles[n].iteration_s * (1 + margin) >= top else t
+             for n, t in slots.items()}
     circles = [Circle.from_phases(slots[n], [(p.compute_s, p.compute_s + p.comm_s,
                                               p.demand_mbit)], resolution_s)
                for n, p in profiles.items()]

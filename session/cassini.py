@@ -17,27 +17,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from scheduler import plan as planner
 from session import jobs
 from session.scenario import CassiniSet, CassiniSpec
 from workloads.config import JobConfig
 from workloads.schedule import Schedule
+from workloads.stats import percentiles
 
 if TYPE_CHECKING:  # pragma: no cover
     from agents.messages import CoordinatorState
     from lab.lab import Lab
 
 START_AHEAD_S = 2.0  # the slots' origin this far after launch: every mesh is up by then
-
-
-def iteration_times(summary: Mapping) -> list[float]:
-    """Per timed iteration of a finished job, its slowest rank's time, s ([] if it failed)."""
-    workers = summary.get("workers") or []
-    if summary.get("error") or not workers or any(w is None for w in workers):
-        return []
-    return [max(x) for x in zip(*(w["iteration_s"] for w in workers), strict=True)]
 
 
 def offsets(state: CoordinatorState | None, vms: Sequence[str], at_ns: int,
@@ -106,16 +97,16 @@ def run_set(lab: Lab, spec: CassiniSpec, cset: CassiniSet, configs: Mapping[str,
 
 def mode_entry(names: Sequence[str], summaries: Sequence[Mapping]) -> dict:
     """One mode's iteration times: over the set, and per job (p50, p99), s."""
-    per_job = {n: iteration_times(s) for n, s in zip(names, summaries, strict=True)}
+    per_job = {n: planner.per_iteration(s, "iteration_s")
+               for n, s in zip(names, summaries, strict=True)}
     errors = [s["error"] for s in summaries if s.get("error")]
-    pooled = [t for ts in per_job.values() for t in ts]
-    if errors or not pooled:
+    pooled = percentiles([t for ts in per_job.values() for t in ts], keys=("mean", "p99"))
+    if errors or pooled is None:
         return {"mean_iteration_s": None, "p99_iteration_s": None, "jobs": {},
                 "error": "; ".join(errors) or "no iterations"}
-    return {"mean_iteration_s": float(np.mean(pooled)),
-            "p99_iteration_s": float(np.percentile(pooled, 99)),
-            "jobs": {n: {"p50_s": float(np.percentile(ts, 50)),
-                         "p99_s": float(np.percentile(ts, 99))} for n, ts in per_job.items()},
+    jobs_ = {n: percentiles(ts, keys=("p50", "p99")) for n, ts in per_job.items()}
+    return {"mean_iteration_s": pooled["mean"], "p99_iteration_s": pooled["p99"],
+            "jobs": {n: {"p50_s": t["p50"], "p99_s": t["p99"]} for n, t in jobs_.items()},
             "error": None}
 
 

@@ -132,3 +132,18 @@ def test_plan_shifts_two_half_duty_jobs_apart():
     # three such jobs cannot fit: at best two of three collide a third of the time
     three = plan({"a": p, "b": p, "c": p}, capacity_mbit=100, margin=0.0, quantum_s=0.05)
     assert three.score == pytest.approx(0.5)
+
+
+def test_plan_gives_close_slots_the_longest_one():
+    a = Profile(iteration_s=0.19, compute_s=0.1, comm_s=0.09, demand_mbit=100.0)
+    b = Profile(iteration_s=0.21, compute_s=0.11, comm_s=0.1, demand_mbit=100.0)
+    c = Profile(iteration_s=0.5, compute_s=0.4, comm_s=0.1, demand_mbit=100.0)
+    got = plan({"a": a, "b": b, "c": c}, capacity_mbit=100, margin=0.1, quantum_s=0.05)
+    # 0.209 -> 0.25 and 0.231 -> 0.25; c's 0.55 is far from both
+    assert got.slots_s == {"a": pytest.approx(0.25), "b": pytest.approx(0.25),
+                           "c": pytest.approx(0.55)}
+    a, b = Profile(0.22, 0.12, 0.1, 100.0), Profile(0.235, 0.135, 0.1, 100.0)
+    near = plan({"a": a, "b": b}, 100, margin=0.1, quantum_s=0.05)
+    # 0.242 -> 0.25 and 0.2585 -> 0.3, but a's 0.242 reaches b's 0.235: one slot, 0.3
+    assert near.slots_s == {"a": pytest.approx(0.3), "b": pytest.approx(0.3)}
+    assert near.score == pytest.approx(1.0) and near.perimeter_s == pytest.approx(0.3)
