@@ -8,12 +8,16 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.nslab-installed
 # command -> Debian package that provides it
 DEB_CMDS := mnexec:mininet ip:iproute2 tc:iproute2 nft:nftables iperf3:iperf3 \
-            tcpdump:tcpdump ifconfig:net-tools ping:iputils-ping ps:procps
+            tcpdump:tcpdump ifconfig:net-tools ping:iputils-ping ps:procps gcc:gcc make:make
 SCENARIO ?= quickstart
 
-.PHONY: setup system-packages lab test unit integration tui bench clean
+.PHONY: setup system-packages vmclock lab test unit integration tui bench clean
 
-setup: system-packages $(STAMP)
+setup: system-packages $(STAMP) vmclock
+
+# the VM clock preload every process of a VM runs with (vmclock/vmclock.c)
+vmclock: system-packages
+	@$(MAKE) -s -C vmclock
 
 system-packages:
 	@missing=""; for pair in $(DEB_CMDS); do \
@@ -21,6 +25,7 @@ system-packages:
 	  command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; \
 	done; \
 	$(PYTHON) -c 'import ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
+	test -f /usr/include/stdio.h || missing="$$missing libc6-dev"; \
 	if [ -n "$$missing" ]; then \
 	  echo "setup: installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
@@ -55,6 +60,8 @@ bench: setup
 	$(BIN)/python benchmarks/placement.py
 	$(BIN)/python benchmarks/sync.py
 	$(BIN)/python benchmarks/cassini.py
+	$(BIN)/python benchmarks/vmclock.py
 
 clean:
 	rm -rf $(VENV) *.egg-info build
+	$(MAKE) -s -C vmclock clean

@@ -89,7 +89,9 @@ class ClockView:
     instead of on every conversion: a ``stat`` per timestamp cost more than the rest of the
     agent. Converting a stamp later is exact as long as segments are only appended
     (``ClockSpec.append``); only stamps taken after a clock change and converted before the
-    next refresh (at most one tick, 20 ms) use the previous segment.
+    next refresh (at most one tick, 20 ms) use the previous segment. In a lab VM (``vmclock``
+    preloaded) the system clock and the kernel's stamps already are the VM clock: ``Clock()``
+    then has no path and this is the identity.
     """
 
     def __init__(self, clock: Clock):
@@ -107,8 +109,7 @@ class ClockView:
             st = os.stat(self.path)
             key = (st.st_ino, st.st_mtime_ns)
             if key != self._key:
-                with open(self.path) as f:
-                    self._spec = ClockSpec.from_json(f.read())
+                self._spec = ClockSpec.read(self.path)
                 self._key = key
         except (OSError, ValueError, KeyError):
             if self._spec is None:

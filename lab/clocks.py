@@ -1,6 +1,7 @@
 """The hypervisor side of VM clocks: draws each physical host's oscillator and each VM's offset
-deterministically from (lab seed, name), and publishes one read-only ``nslab.clock/1`` file per
-VM (the formula itself is ``agents.clock``).
+deterministically from (lab seed, name), and publishes one ``nslab.clock/2`` file per VM (the
+formula and the file are ``agents.clock``). The files are the truth: a VM's own corrections
+(``adjtimex`` and ``settimeofday`` through ``vmclock``) are segments in them too.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import zlib
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from agents.clock import ClockSpec, Oscillator, Segment
+from agents.clock import ClockSpec, Oscillator, Segment, update
 
 
 class ClockConfig(BaseModel):
@@ -27,6 +28,8 @@ class ClockConfig(BaseModel):
                                                      "ppm")
     host_drift_ppm: dict[str, float] = Field(default_factory=dict, description="explicit base "
                                              "drift of named hosts (overrides the draw), ppm")
+    vm_offset_ms: dict[str, float] = Field(default_factory=dict, description="explicit initial "
+                                           "offset of named VMs (overrides the draw), ms")
 
 
 def _rng(seed: int, name: str) -> np.random.Generator:
@@ -46,7 +49,8 @@ def oscillator(cfg: ClockConfig, seed: int, host: str, epoch_ns: int) -> Oscilla
 
 def initial_offset_ns(cfg: ClockConfig, seed: int, vm: str) -> float:
     """VM ``vm``'s offset theta_v at lab start, ns."""
-    return float(_rng(seed, "offset:" + vm).uniform(-cfg.offset_ms, cfg.offset_ms) * 1e6)
+    drawn = float(_rng(seed, "offset:" + vm).uniform(-cfg.offset_ms, cfg.offset_ms))
+    return float(cfg.vm_offset_ms.get(vm, drawn)) * 1e6
 
 
 class ClockBook:
@@ -54,7 +58,7 @@ class ClockBook:
 
     def __init__(self, cfg: ClockConfig, seed: int, directory: str, epoch_ns: int):
         self.cfg, self.seed, self.dir, self.epoch_ns = cfg, seed, directory, epoch_ns
-        self.specs: dict[str, ClockSpec] = {}
+        self._specs: dict[str, ClockSpec] = {}
         self._osc: dict[str, Oscillator] = {}
         os.makedirs(directory, exist_ok=True)
 
@@ -65,25 +69,36 @@ class ClockBook:
 
     def path(self, vm: str) -> str:
         """The file passed to the VM's processes in ``NSLAB_CLOCK``."""
-        return os.path.join(self.dir, f"{vm}.json")
+        return os.path.join(self.dir, f"{vm}.clock")
+
+    @property
+    def specs(self) -> dict[str, ClockSpec]:
+        """Every VM's clock as published now (with the VM's own corrections); after teardown
+        (the files are gone) as last read."""
+        for vm in self._specs:
+            try:
+                self._specs[vm] = ClockSpec.read(self.path(vm))
+            except FileNotFoundError:
+                pass
+        return dict(self._specs)
 
     def add_vm(self, vm: str, host: str) -> str:
         """Create and publish ``vm``'s clock on ``host``; returns its file path."""
         seg = Segment(self.epoch_ns, initial_offset_ns(self.cfg, self.seed, vm), host,
                       self.host_oscillator(host))
-        self.specs[vm] = ClockSpec(vm=vm, segments=[seg])
-        self.specs[vm].write(self.path(vm))
+        self._specs[vm] = ClockSpec(vm=vm, segments=[seg])
+        self._specs[vm].write(self.path(vm))
         return self.path(vm)
 
     def step(self, vm: str, at_ns: int, step_ns: float) -> None:
         """Step ``vm``'s clock by ``step_ns`` at true time ``at_ns``."""
-        self.specs[vm].append(at_ns, step_ns=step_ns)
-        self.specs[vm].write(self.path(vm))
+        self._specs[vm] = update(self.path(vm), lambda spec: spec.append(at_ns, step_ns=step_ns))
 
     def migrate(self, vm: str, at_ns: int, host: str) -> None:
         """From ``at_ns`` on, ``vm`` follows ``host``'s oscillator (continuous time)."""
-        self.specs[vm].append(at_ns, host=host, oscillator=self.host_oscillator(host))
-        self.specs[vm].write(self.path(vm))
+        osc = self.host_oscillator(host)
+        self._specs[vm] = update(self.path(vm),
+                                 lambda spec: spec.append(at_ns, host=host, oscillator=osc))
 
     def truth(self) -> dict:
         """Oscillator parameters and every VM's segments, for the results' ``truth``."""
@@ -92,6 +107,7 @@ class ClockBook:
                                 "wander": [{"amplitude_ppm": a, "period_s": p, "phase_rad": ph}
                                            for a, p, ph in o.wander]}
                             for h, o in sorted(self._osc.items())},
-            "vms": {vm: [{"start_ns": s.start_ns, "offset_ns": s.offset_ns, "host": s.host}
+            "vms": {vm: [{"start_ns": s.start_ns, "offset_ns": s.offset_ns, "host": s.host,
+                          "kind": s.kind, "corr_ppm": s.corr_ppm}
                          for s in spec.segments] for vm, spec in sorted(self.specs.items())},
         }

@@ -14,7 +14,7 @@ from mininet.node import Host, Node
 from pyroute2 import netns
 
 from agents.clock import ENV_VAR
-from lab import fabric, tc
+from lab import fabric, tc, vmclock
 from lab.errors import LabError
 from lab.names import netns_name
 from lab.netlink import attach_netns, ns_iproute, remove_netns
@@ -94,9 +94,10 @@ class LabNode(Node):
 
 
 class VM(LabNode, Host):
-    """An emulated cloud VM: its processes run in its physical host's cgroup and see the VM
-    clock through ``NSLAB_CLOCK``. ``phys``: its physical host now (``Lab.phys``, the one
-    placement truth)."""
+    """An emulated cloud VM: its processes run in its physical host's cgroup and live on the VM
+    clock (``vmclock`` preloaded, ``NSLAB_CLOCK``), without the capabilities that reach the
+    machine (``lab.vmclock.DROPPED_CAPS``). ``phys``: its physical host now (``Lab.phys``, the
+    one placement truth)."""
 
     def __init__(self, name: str, lab: Lab, **params):
         self.clock_path = lab.clocks.path(name)
@@ -107,17 +108,19 @@ class VM(LabNode, Host):
         return self.lab.phys[self.name]
 
     def _popen(self, cmd, **params):
-        """Every process of the VM (its shell, ``popen``) joins the VM's cgroups before exec
-        and gets ``NSLAB_CLOCK`` in its environment."""
-        env = dict(params.pop("env", None) or os.environ)
+        """Every process of the VM (its shell, ``popen``) joins the VM's cgroups and drops the
+        machine's capabilities before exec, and runs with ``vmclock`` preloaded on the VM's
+        ``NSLAB_CLOCK``."""
+        env = vmclock.preload_env(dict(params.pop("env", None) or os.environ))
         env[ENV_VAR] = self.clock_path
         join = self.lab.cgroups.join_paths(self.phys, self.name)
 
-        def enter_cgroups():
+        def enter_vm():
             for path in join:
                 with open(path, "w") as f:
                     f.write("0")
-        return super()._popen(cmd, env=env, preexec_fn=enter_cgroups, **params)
+            vmclock.drop_capabilities()
+        return super()._popen(cmd, env=env, preexec_fn=enter_vm, **params)
 
 
 class Router(LabNode):

@@ -144,11 +144,18 @@ class Oscillator(_Model):
 
 
 class Segment(_Model):
-    """A stretch of a VM's clock (a new one starts at a clock step or a migration)."""
+    """A stretch of a VM's clock (a new one starts at a clock step, a migration, or a
+    correction the VM made to its own clock: adjtimex, settimeofday)."""
 
     start_ns: int = Field(description="true time the segment starts, ns (CLOCK_REALTIME)")
     offset_ns: float = Field(description="t_vm - t at the start, ns")
     host: str = Field(description="physical host whose oscillator drives it")
+    kind: Literal["start", "step", "migrate", "vm_frequency", "vm_step"] = Field(
+        "start", description="what started it: the lab (start, step, migrate) or the VM's own "
+        "discipline (vm_frequency: adjtimex frequency/tick; vm_step: settimeofday, "
+        "clock_settime, ADJ_SETOFFSET)")
+    corr_ppm: float = Field(0.0, description="the VM's own frequency correction in force, ppm "
+                                             "(on top of its host's oscillator)")
 
 
 class Clocks(_Model):

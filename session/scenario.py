@@ -355,6 +355,9 @@ def _cross_check(sc: Scenario, topo: Topo) -> list[tuple[str, str]]:
     for h in sc.clocks.host_drift_ppm:
         if h not in hosts:
             errors.append((f"clocks.host_drift_ppm.{h}", f"no physical host {h!r}"))
+    for vm in sc.clocks.vm_offset_ms:
+        if vm not in vms:
+            errors.append((f"clocks.vm_offset_ms.{vm}", f"no VM {vm!r}"))
     return errors
 
 

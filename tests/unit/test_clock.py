@@ -1,10 +1,9 @@
 """The VM clock formula (agents.clock) against hand-computed truth."""
 import math
-import os
 
 import pytest
 
-from agents.clock import Clock, ClockSpec, Oscillator, Segment
+from agents.clock import STALE_OFFSET, Clock, ClockSpec, Oscillator, Segment, update
 
 S = 1_000_000_000
 T0 = 1_700_000_000 * S
@@ -57,26 +56,46 @@ def test_step_and_migration_segments():
         c.append(t1, step_ns=1)
 
 
-def test_json_roundtrip_and_schema_check():
+def test_binary_roundtrip_and_format_check():
     c = spec(wander=((0.1, 50.0, 0.3),))
     c.append(T0 + S, step_ns=7)
-    back = ClockSpec.from_json(c.to_json())
+    c.append(T0 + 2 * S, corr_ppm=12.5, kind="vm_frequency")
+    back = ClockSpec.from_bytes(c.to_bytes())
+    assert back == c
     assert back.to_vm_ns(T0 + 5 * S) == c.to_vm_ns(T0 + 5 * S)
-    with pytest.raises(ValueError, match="schema"):
-        ClockSpec.from_json('{"schema": "other", "segments": []}')
+    with pytest.raises(ValueError, match="nslab.clock/2"):
+        ClockSpec.from_bytes(b'{"schema": "nslab.clock/1"}')
+    with pytest.raises(ValueError, match="truncated"):
+        ClockSpec.from_bytes(c.to_bytes()[:-1])
+
+
+def test_corrections_and_steps_in_realtime_monotonic_and_raw():
+    c = spec(base=10.0, offset=1e6)
+    t1, t2, t3 = T0 + 10 * S, T0 + 20 * S, T0 + 30 * S
+    c.append(t1, corr_ppm=-10.0, kind="vm_frequency")  # the VM cancels its drift
+    c.append(t2, step_ns=-500_000, kind="vm_step")
+    seg = c.segments[-1]
+    # 10 ppm for 10 s, then flat; the step moves REALTIME only
+    assert c.offset_at(t3) == pytest.approx(1e6 + 100_000 - 500_000)
+    assert seg.monotonic_offset_at(t3) == pytest.approx(1e6 + 100_000)
+    # RAW is the oscillator alone: 10 ppm for 30 s
+    assert seg.raw_offset_at(t3) == pytest.approx(1e6 + 300_000)
+    assert c.frequency_ppm(t3) == pytest.approx(0.0)
+    assert seg.corr_ns == pytest.approx(-100_000) and seg.steps_ns == -500_000
 
 
 def test_clock_reads_file_and_sees_updates(tmp_path):
-    path = str(tmp_path / "vm1.json")
+    path = str(tmp_path / "vm1.clock")
     c = spec(base=0.0, offset=3e6)
     c.write(path)
-    assert not os.access(path, os.W_OK) or os.geteuid() == 0
-    assert oct(os.stat(path).st_mode & 0o777) == "0o444"
     clock = Clock(path)
     assert clock.to_vm_ns(T0 + S) - (T0 + S) == 3_000_000
-    c.append(T0 + S, step_ns=1e6)
-    c.write(path)
+    old = open(path, "rb")
+    update(path, lambda s: s.append(T0 + S, step_ns=1e6))
     assert clock.to_vm_ns(T0 + 2 * S) - (T0 + 2 * S) == 4_000_000
+    # the replaced file is marked stale for the processes that mapped it (vmclock)
+    assert int.from_bytes(old.read()[STALE_OFFSET:STALE_OFFSET + 4], "little") == 1
+    assert ClockSpec.read(path).segments[-1].kind == "step"
 
 
 def test_without_env_it_is_the_system_clock(monkeypatch):

@@ -1,0 +1,622 @@
+/* vmclock: the VM clock for unmodified dynamically linked programs (LD_PRELOAD).
+ *
+ * Reads the VM's clock file (NSLAB_CLOCK, format nslab.clock/2 of agents/clock.py: the same
+ * layout and the same formula, operation for operation) and gives the VM clock to
+ *   clock_gettime (REALTIME, TAI and their COARSE forms; MONOTONIC, BOOTTIME without the
+ *   steps; MONOTONIC_RAW without steps and corrections), gettimeofday, time, timespec_get;
+ *   kernel receive/error-queue timestamps (SCM_TIMESTAMP, SCM_TIMESTAMPNS, SCM_TIMESTAMPING)
+ *   of recvmsg and recvmmsg, and SIOCGSTAMP/SIOCGSTAMPNS;
+ *   clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME) deadlines;
+ * and makes the VM's discipline calls act on the VM clock, never on the machine's:
+ *   adjtimex/ntp_adjtime/clock_adjtime(CLOCK_REALTIME) (frequency, tick, ADJ_SETOFFSET steps,
+ *   status, maxerror, esterror, constant; a nonzero ADJ_OFFSET phase adjustment is refused
+ *   with EOPNOTSUPP: the kernel PLL is not emulated), settimeofday, clock_settime(REALTIME).
+ * A change is a new segment appended to the file under flock(<path>.lock), published by
+ * write + rename, the old file then marked stale (agents.clock.ClockSpec.write).
+ *
+ * Without NSLAB_CLOCK every call is the libc one. Statically linked programs and Go programs
+ * (which read the vDSO themselves) bypass it: they see the machine's true time.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/net_tstamp.h>
+#include <linux/sockios.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/timex.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_WANDER 4
+#define NS 1000000000LL
+
+struct hdr {
+    char magic[8];
+    uint32_t stale, nseg;
+    char vm[32];
+    int64_t tick, freq;
+    int32_t status, pad;
+    int64_t maxerror, esterror, constant;
+};
+
+struct seg {
+    int64_t start_ns;
+    double offset_ns, steps_ns, corr_ns, corr_ppm;
+    int64_t epoch_ns;
+    double base_ppm;
+    uint32_t nwander, kind;
+    double wander[MAX_WANDER][3];
+    char host[32];
+};
+
+_Static_assert(sizeof(struct hdr) == 96, "header layout of agents/clock.py");
+_Static_assert(sizeof(struct seg) == 192, "segment layout of agents/clock.py");
+
+enum { K_START, K_STEP, K_MIGRATE, K_VM_FREQUENCY, K_VM_STEP };
+enum { OFF_REALTIME, OFF_MONOTONIC, OFF_RAW };
+
+struct map {
+    const struct hdr *h;
+    size_t len;
+};
+
+static struct map *cur;               /* the mapping in use (old ones stay mapped) */
+static pthread_mutex_t map_lock = PTHREAD_MUTEX_INITIALIZER;
+static int disabled;                  /* no NSLAB_CLOCK: pass everything through */
+
+static int (*real_clock_gettime)(clockid_t, struct timespec *);
+
+/* Exported so that agents.clock.preloaded() can tell the system clock is the VM clock. */
+int nslab_vmclock_active = 1;
+
+static void resolve(void)
+{
+    if (!real_clock_gettime)
+        real_clock_gettime = dlsym(RTLD_NEXT, "clock_gettime");
+}
+
+static int64_t true_ns(clockid_t id)
+{
+    struct timespec ts;
+    resolve();
+    real_clock_gettime(id, &ts);
+    return ts.tv_sec * NS + ts.tv_nsec;
+}
+
+static struct map *load(void)
+{
+    const char *path = getenv("NSLAB_CLOCK");
+    if (!path || !*path)
+        return NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    struct map *m = NULL;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(struct hdr)) {
+        void *p = mmap(NULL, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        const struct hdr *h = p;
+        if (p != MAP_FAILED && memcmp(h->magic, "NSLABCK2", 8) == 0 && h->nseg > 0 &&
+            sizeof(struct hdr) + h->nseg * sizeof(struct seg) <= (size_t)st.st_size) {
+            m = malloc(sizeof *m);
+            m->h = h;
+            m->len = st.st_size;
+        } else if (p != MAP_FAILED) {
+            munmap(p, st.st_size);
+        }
+    }
+    close(fd);
+    return m;
+}
+
+/* The current mapping, re-opened when a writer marked it stale; NULL: no VM clock. */
+static const struct hdr *clock_map(void)
+{
+    struct map *m = __atomic_load_n(&cur, __ATOMIC_ACQUIRE);
+    if (m && !__atomic_load_n(&m->h->stale, __ATOMIC_ACQUIRE))
+        return m->h;
+    if (disabled)
+        return NULL;
+    pthread_mutex_lock(&map_lock);
+    m = cur;
+    if (!m || m->h->stale) {
+        struct map *n = load();
+        if (n)
+            __atomic_store_n(&cur, n, __ATOMIC_RELEASE);
+        else if (!m)
+            disabled = getenv("NSLAB_CLOCK") == NULL;
+        m = cur;
+    }
+    pthread_mutex_unlock(&map_lock);
+    return m ? m->h : NULL;
+}
+
+static const struct seg *segments(const struct hdr *h)
+{
+    return (const struct seg *)(h + 1);
+}
+
+static const struct seg *segment_at(const struct hdr *h, int64_t t)
+{
+    const struct seg *s = segments(h);
+    uint32_t i = h->nseg - 1;
+    while (i > 0 && s[i].start_ns > t)
+        i--;
+    return &s[i];
+}
+
+/* agents.clock.Oscillator.phase_ns */
+static double phase_ns(const struct seg *s, int64_t t)
+{
+    double dt_ns = (double)(t - s->epoch_ns);
+    double dt = dt_ns / 1e9;
+    double acc = s->base_ppm * dt_ns;
+    for (uint32_t i = 0; i < s->nwander && i < MAX_WANDER; i++) {
+        double a = s->wander[i][0], p = s->wander[i][1], ph = s->wander[i][2];
+        double swing = sin(2 * M_PI * dt / p + ph) - sin(ph);
+        acc += a * p / (2 * M_PI) * swing * 1e9;
+    }
+    return acc * 1e-6;
+}
+
+/* agents.clock.Segment.offset_at / monotonic_offset_at / raw_offset_at */
+static double seg_offset(const struct seg *s, int64_t t, int which)
+{
+    double swing = phase_ns(s, t) - phase_ns(s, s->start_ns);
+    if (which == OFF_RAW)
+        return (s->offset_ns - s->steps_ns - s->corr_ns) + swing;
+    double off = s->offset_ns + swing + s->corr_ppm * (double)(t - s->start_ns) * 1e-6;
+    return which == OFF_MONOTONIC ? off - s->steps_ns : off;
+}
+
+/* Exported for the test that holds agents/clock.py and this file to one formula. */
+double nslab_vmclock_offset_ns(int which, int64_t t)
+{
+    const struct hdr *h = clock_map();
+    return h ? seg_offset(segment_at(h, t), t, which) : NAN;
+}
+
+static int64_t to_vm(const struct hdr *h, int64_t t)
+{
+    return t + llrint(seg_offset(segment_at(h, t), t, OFF_REALTIME));
+}
+
+static void set_ts(struct timespec *ts, int64_t ns)
+{
+    ts->tv_sec = ns / NS;
+    ts->tv_nsec = ns % NS;
+    if (ts->tv_nsec < 0) {
+        ts->tv_nsec += NS;
+        ts->tv_sec -= 1;
+    }
+}
+
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+    resolve();
+    const struct hdr *h = clock_map();
+    int which;
+    switch (id) {
+    case CLOCK_REALTIME: case CLOCK_REALTIME_COARSE: case CLOCK_TAI:
+        which = OFF_REALTIME; break;
+    case CLOCK_MONOTONIC: case CLOCK_MONOTONIC_COARSE: case CLOCK_BOOTTIME:
+        which = OFF_MONOTONIC; break;
+    case CLOCK_MONOTONIC_RAW:
+        which = OFF_RAW; break;
+    default:
+        return real_clock_gettime(id, ts);
+    }
+    if (!h)
+        return real_clock_gettime(id, ts);
+    struct timespec raw;
+    int r = real_clock_gettime(id, &raw);
+    if (r != 0 || !ts)
+        return r;
+    int64_t t = raw.tv_sec * NS + raw.tv_nsec;
+    /* the formula runs on true CLOCK_REALTIME; other clocks differ from it by a constant on
+       this machine (its clock is never stepped) */
+    int64_t rt = which == OFF_REALTIME && id != CLOCK_TAI ? t : true_ns(CLOCK_REALTIME);
+    set_ts(ts, t + llrint(seg_offset(segment_at(h, rt), rt, which)));
+    return 0;
+}
+
+int gettimeofday(struct timeval *restrict tv, void *restrict tz)
+{
+    static int (*real)(struct timeval *, void *);
+    if (!real)
+        real = dlsym(RTLD_NEXT, "gettimeofday");
+    if (!clock_map() || !tv)
+        return real(tv, tz);
+    if (tz)
+        real(NULL, tz);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    tv->tv_sec = ts.tv_sec;
+    tv->tv_usec = ts.tv_nsec / 1000;
+    return 0;
+}
+
+time_t time(time_t *out)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (out)
+        *out = ts.tv_sec;
+    return ts.tv_sec;
+}
+
+int timespec_get(struct timespec *ts, int base)
+{
+    if (base != TIME_UTC)
+        return 0;
+    clock_gettime(CLOCK_REALTIME, ts);
+    return base;
+}
+
+int clock_nanosleep(clockid_t id, int flags, const struct timespec *req, struct timespec *rem)
+{
+    static int (*real)(clockid_t, int, const struct timespec *, struct timespec *);
+    if (!real)
+        real = dlsym(RTLD_NEXT, "clock_nanosleep");
+    const struct hdr *h = clock_map();
+    if (!h || !(flags & TIMER_ABSTIME) || !req)
+        return real(id, flags, req, rem);
+    struct timespec vnow, deadline;
+    if (clock_gettime(id, &vnow) != 0)
+        return real(id, flags, req, rem);
+    /* a VM deadline: sleep the VM interval on the machine's clock (rate error < 1e-3) */
+    int64_t left = (req->tv_sec - vnow.tv_sec) * NS + (req->tv_nsec - vnow.tv_nsec);
+    set_ts(&deadline, true_ns(id) + (left > 0 ? left : 0));
+    return real(id, flags, &deadline, rem);
+}
+
+/* ---- socket timestamps ---- */
+
+#ifndef SO_TIMESTAMP_NEW
+#define SO_TIMESTAMP_NEW 63
+#define SO_TIMESTAMPNS_NEW 64
+#define SO_TIMESTAMPING_NEW 65
+#endif
+
+static void convert_ts(const struct hdr *h, struct timespec *ts)
+{
+    if (ts->tv_sec == 0 && ts->tv_nsec == 0)
+        return;  /* an empty slot (SO_TIMESTAMPING: the unused software/hardware stamps) */
+    set_ts(ts, to_vm(h, ts->tv_sec * NS + ts->tv_nsec));
+}
+
+static void convert_cmsgs(struct msghdr *msg)
+{
+    const struct hdr *h = clock_map();
+    if (!h || !msg || !msg->msg_control)
+        return;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET)
+            continue;
+        size_t len = c->cmsg_len - CMSG_LEN(0);
+        unsigned char *d = CMSG_DATA(c);
+        if ((c->cmsg_type == SO_TIMESTAMP || c->cmsg_type == SO_TIMESTAMP_NEW) &&
+            len >= sizeof(struct timeval)) {
+            struct timeval tv;
+            memcpy(&tv, d, sizeof tv);
+            struct timespec ts = {tv.tv_sec, tv.tv_usec * 1000};
+            convert_ts(h, &ts);
+            tv.tv_sec = ts.tv_sec;
+            tv.tv_usec = ts.tv_nsec / 1000;
+            memcpy(d, &tv, sizeof tv);
+        } else if ((c->cmsg_type == SO_TIMESTAMPNS || c->cmsg_type == SO_TIMESTAMPNS_NEW) &&
+                   len >= sizeof(struct timespec)) {
+            struct timespec ts;
+            memcpy(&ts, d, sizeof ts);
+            convert_ts(h, &ts);
+            memcpy(d, &ts, sizeof ts);
+        } else if ((c->cmsg_type == SO_TIMESTAMPING || c->cmsg_type == SO_TIMESTAMPING_NEW) &&
+                   len >= sizeof(struct timespec)) {
+            /* [0] software (CLOCK_REALTIME); [1] deprecated; [2] a NIC's own clock: left */
+            struct timespec ts;
+            memcpy(&ts, d, sizeof ts);
+            convert_ts(h, &ts);
+            memcpy(d, &ts, sizeof ts);
+        }
+    }
+}
+
+ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
+{
+    static ssize_t (*real)(int, struct msghdr *, int);
+    if (!real)
+        real = dlsym(RTLD_NEXT, "recvmsg");
+    ssize_t n = real(fd, msg, flags);
+    if (n >= 0)
+        convert_cmsgs(msg);
+    return n;
+}
+
+int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags, struct timespec *tmo)
+{
+    static int (*real)(int, struct mmsghdr *, unsigned int, int, struct timespec *);
+    if (!real)
+        real = dlsym(RTLD_NEXT, "recvmmsg");
+    int n = real(fd, vec, vlen, flags, tmo);
+    for (int i = 0; i < n; i++)
+        convert_cmsgs(&vec[i].msg_hdr);
+    return n;
+}
+
+int ioctl(int fd, unsigned long req, ...)
+{
+    static int (*real)(int, unsigned long, ...);
+    if (!real)
+        real = dlsym(RTLD_NEXT, "ioctl");
+    va_list ap;
+    va_start(ap, req);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    int r = real(fd, req, arg);
+    const struct hdr *h;
+    if (r == 0 && arg && (req == SIOCGSTAMP || req == SIOCGSTAMPNS) && (h = clock_map())) {
+        if (req == SIOCGSTAMP) {
+            struct timeval *tv = arg;
+            struct timespec ts = {tv->tv_sec, tv->tv_usec * 1000};
+            convert_ts(h, &ts);
+            tv->tv_sec = ts.tv_sec;
+            tv->tv_usec = ts.tv_nsec / 1000;
+        } else {
+            convert_ts(h, arg);
+        }
+    }
+    return r;
+}
+
+/* ---- discipline: changes are new segments of the VM's clock file ---- */
+
+struct change {
+    int64_t step_ns;            /* step the VM clock by this */
+    int set_corr;               /* set the frequency correction to corr_ppm */
+    double corr_ppm;
+    int kind;
+};
+
+static int publish(const char *path, const void *buf, size_t len)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, (int)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    ssize_t w = write(fd, buf, len);
+    fchmod(fd, 0644);
+    close(fd);
+    if (w != (ssize_t)len) {
+        unlink(tmp);
+        return -1;
+    }
+    int old = open(path, O_RDWR | O_CLOEXEC);
+    if (rename(tmp, path) != 0) {
+        if (old >= 0)
+            close(old);
+        unlink(tmp);
+        return -1;
+    }
+    if (old >= 0) {
+        uint32_t one = 1;
+        pwrite(old, &one, sizeof one, offsetof(struct hdr, stale));
+        close(old);
+    }
+    return 0;
+}
+
+/* Apply ``ch`` (and the header update ``hdr_fn``) to the published clock, under its lock
+   (agents.clock.update and ClockSpec.append). Returns 0, or -1 with errno set. */
+static int modify(const struct change *ch, const struct timex *tx)
+{
+    const char *path = getenv("NSLAB_CLOCK");
+    char lockpath[4096];
+    snprintf(lockpath, sizeof lockpath, "%s.lock", path);
+    int lk = open(lockpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (lk < 0)
+        return -1;
+    flock(lk, LOCK_EX);
+    int rc = -1, fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    char *buf = NULL;
+    if (fd < 0 || fstat(fd, &st) != 0)
+        goto out;
+    buf = malloc(st.st_size + sizeof(struct seg));
+    if (!buf || read(fd, buf, st.st_size) != st.st_size)
+        goto out;
+    struct hdr *h = (struct hdr *)buf;
+    if (memcmp(h->magic, "NSLABCK2", 8) != 0 || h->nseg == 0 ||
+        sizeof *h + h->nseg * sizeof(struct seg) > (size_t)st.st_size) {
+        errno = EIO;
+        goto out;
+    }
+    h->stale = 0;
+    if (tx) {
+        if (tx->modes & ADJ_TICK)
+            h->tick = tx->tick;
+        if (tx->modes & ADJ_FREQUENCY)
+            h->freq = tx->freq;
+        if (tx->modes & ADJ_STATUS)
+            h->status = (tx->status & ~(STA_PPSSIGNAL | STA_PPSJITTER | STA_PPSWANDER |
+                                       STA_PPSERROR | STA_CLOCKERR | STA_NANO | STA_MODE |
+                                       STA_CLK)) | (h->status & STA_NANO);
+        if (tx->modes & ADJ_NANO)
+            h->status |= STA_NANO;
+        if (tx->modes & ADJ_MICRO)
+            h->status &= ~STA_NANO;
+        if (tx->modes & ADJ_MAXERROR)
+            h->maxerror = tx->maxerror;
+        if (tx->modes & ADJ_ESTERROR)
+            h->esterror = tx->esterror;
+        if (tx->modes & ADJ_TIMECONST)
+            h->constant = tx->constant;
+    }
+    if (ch->step_ns || ch->set_corr) {
+        struct seg *s = (struct seg *)(h + 1), *last = &s[h->nseg - 1], *n = &s[h->nseg];
+        int64_t t = true_ns(CLOCK_REALTIME);
+        if (t < last->start_ns)
+            t = last->start_ns;
+        *n = *last;
+        n->start_ns = t;
+        n->offset_ns = seg_offset(last, t, OFF_REALTIME) + (double)ch->step_ns;
+        n->steps_ns = last->steps_ns + (double)ch->step_ns;
+        n->corr_ns = last->corr_ns + last->corr_ppm * (double)(t - last->start_ns) * 1e-6;
+        if (ch->set_corr)
+            n->corr_ppm = ch->corr_ppm;
+        n->kind = ch->kind;
+        h->nseg++;
+    }
+    rc = publish(path, buf, sizeof *h + h->nseg * sizeof(struct seg));
+out:
+    free(buf);
+    if (fd >= 0)
+        close(fd);
+    flock(lk, LOCK_UN);
+    close(lk);
+    return rc;
+}
+
+/* USER_HZ 100: one tick is 10000 us, and 1 us of tick is 100 ppm (adjtimex(2)) */
+#define TICK_US 10000
+#define MAXFREQ_SCALED (500LL << 16)
+
+static int vm_adjtimex(struct timex *tx)
+{
+    const struct hdr *h = clock_map();
+    if (tx->modes & ADJ_OFFSET && tx->offset != 0 && (tx->modes & ADJ_OFFSET_SS_READ) !=
+        ADJ_OFFSET_SS_READ) {
+        errno = EOPNOTSUPP;  /* a kernel PLL/adjtime() slew: not emulated */
+        return -1;
+    }
+    if ((tx->modes & ADJ_TICK) && (tx->tick < 9000 || tx->tick > 11000)) {
+        errno = EINVAL;
+        return -1;
+    }
+    if ((tx->modes & ADJ_SETOFFSET) && (tx->modes & ADJ_NANO ? tx->time.tv_usec >= NS
+                                        : tx->time.tv_usec >= 1000000)) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (tx->modes & ADJ_FREQUENCY) {
+        if (tx->freq > MAXFREQ_SCALED)
+            tx->freq = MAXFREQ_SCALED;
+        if (tx->freq < -MAXFREQ_SCALED)
+            tx->freq = -MAXFREQ_SCALED;
+    }
+    int writes = tx->modes & (ADJ_TICK | ADJ_FREQUENCY | ADJ_STATUS | ADJ_MAXERROR |
+                              ADJ_ESTERROR | ADJ_TIMECONST | ADJ_SETOFFSET | ADJ_NANO |
+                              ADJ_MICRO);
+    if (writes && (tx->modes & ADJ_OFFSET_SS_READ) != ADJ_OFFSET_SS_READ) {
+        struct change ch = {0};
+        if (tx->modes & (ADJ_TICK | ADJ_FREQUENCY)) {
+            int64_t tick = tx->modes & ADJ_TICK ? tx->tick : h->tick;
+            int64_t freq = tx->modes & ADJ_FREQUENCY ? tx->freq : h->freq;
+            ch.set_corr = 1;
+            ch.corr_ppm = (double)(tick - TICK_US) * 100.0 + (double)freq / 65536.0;
+            ch.kind = K_VM_FREQUENCY;
+        }
+        if (tx->modes & ADJ_SETOFFSET) {
+            int64_t frac = tx->modes & ADJ_NANO ? tx->time.tv_usec : tx->time.tv_usec * 1000;
+            ch.step_ns = tx->time.tv_sec * NS + frac;
+            ch.kind = K_VM_STEP;
+        }
+        if (modify(&ch, tx) != 0)
+            return -1;
+        h = clock_map();
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    tx->offset = 0;
+    tx->freq = h->freq;
+    tx->tick = h->tick;
+    tx->status = h->status;
+    tx->maxerror = h->maxerror;
+    tx->esterror = h->esterror;
+    tx->constant = h->constant;
+    tx->precision = 1;
+    tx->tolerance = 500LL << 16;
+    tx->time.tv_sec = now.tv_sec;
+    tx->time.tv_usec = h->status & STA_NANO ? now.tv_nsec : now.tv_nsec / 1000;
+    return h->status & STA_UNSYNC ? TIME_ERROR : TIME_OK;
+}
+
+int adjtimex(struct timex *tx)
+{
+    static int (*real)(struct timex *);
+    if (!real)
+        real = dlsym(RTLD_NEXT, "adjtimex");
+    return clock_map() ? vm_adjtimex(tx) : real(tx);
+}
+
+int ntp_adjtime(struct timex *tx)
+{
+    return adjtimex(tx);
+}
+
+int __adjtimex(struct timex *tx)
+{
+    return adjtimex(tx);
+}
+
+int clock_adjtime(clockid_t id, struct timex *tx)
+{
+    static int (*real)(clockid_t, struct timex *);
+    if (!real)
+        real = dlsym(RTLD_NEXT, "clock_adjtime");
+    return id == CLOCK_REALTIME && clock_map() ? vm_adjtimex(tx) : real(id, tx);
+}
+
+static int vm_settime(int64_t target_ns)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    struct change ch = {.step_ns = target_ns - (now.tv_sec * NS + now.tv_nsec),
+                        .kind = K_VM_STEP};
+    return modify(&ch, NULL);
+}
+
+int clock_settime(clockid_t id, const struct timespec *ts)
+{
+    static int (*real)(clockid_t, const struct timespec *);
+    if (!real)
+        real = dlsym(RTLD_NEXT, "clock_settime");
+    if (!clock_map() || !ts)
+        return real(id, ts);
+    if (id != CLOCK_REALTIME) {
+        errno = EINVAL;  /* as the kernel: only CLOCK_REALTIME can be set */
+        return -1;
+    }
+    if (ts->tv_nsec < 0 || ts->tv_nsec >= NS) {
+        errno = EINVAL;
+        return -1;
+    }
+    return vm_settime(ts->tv_sec * NS + ts->tv_nsec);
+}
+
+int settimeofday(const struct timeval *tv, const struct timezone *tz)
+{
+    static int (*real)(const struct timeval *, const struct timezone *);
+    if (!real)
+        real = dlsym(RTLD_NEXT, "settimeofday");
+    if (!clock_map() || !tv)
+        return real(tv, tz);  /* tz only (or no VM clock): the kernel decides (EPERM) */
+    if (tv->tv_usec < 0 || tv->tv_usec >= 1000000) {
+        errno = EINVAL;
+        return -1;
+    }
+    return vm_settime(tv->tv_sec * NS + tv->tv_usec * 1000LL);
+}
