@@ -91,6 +91,7 @@ def link_states(lab: Lab) -> list[LinkState]:
 def vm_states(lab: Lab) -> list[VmState]:
     """Every VM, in natural name order (vm2 before vm10)."""
     now_ns = time.time_ns()
+    specs = lab.clocks.specs
     out = []
     for vm in sorted(lab.phys, key=lambda v: (len(v), v)):
         phys = lab.phys[vm]
@@ -98,7 +99,7 @@ def vm_states(lab: Lab) -> list[VmState]:
             cpu = lab.cgroups.cpu_usage_ns(phys, vm)
         except OSError:
             cpu = None
-        spec = lab.clocks.specs[vm]
+        spec = specs[vm]
         out.append(VmState(name=vm, phys=phys, leaf=lab.topo.nodeInfo(vm).get("leaf", ""),
                            paused=vm in lab.faults.paused, hog=vm in lab.faults.hogs,
                            cpu_ns=cpu, offset_ns=spec.offset_at(now_ns),

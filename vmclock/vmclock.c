@@ -419,8 +419,9 @@ static int publish(const char *path, const void *buf, size_t len)
     return 0;
 }
 
-/* Apply ``ch`` (and the header update ``hdr_fn``) to the published clock, under its lock
-   (agents.clock.update and ClockSpec.append). Returns 0, or -1 with errno set. */
+/* Apply ``ch`` (a new segment) and the adjtimex fields of ``tx`` (may be NULL) to the
+   published clock, under its lock (agents.clock.update and ClockSpec.append). Returns 0, or -1
+   with errno set. */
 static int modify(const struct change *ch, const struct timex *tx)
 {
     const char *path = getenv("NSLAB_CLOCK");
