@@ -183,8 +183,9 @@ class LiveBackend:
         snap.agents = "running"
         snap.reference = state.reference
         truth = {}
-        if state.reference in s.lab.clocks.specs and state.t_ns is not None:
-            truth = scoring.truth_at(s.lab.clocks.specs, state.reference, state.t_ns)
+        specs = s.lab.clocks.specs
+        if state.reference in specs and state.t_ns is not None:
+            truth = scoring.truth_at(specs, state.reference, state.t_ns)
         for v in snap.vms:
             est = state.vms.get(v.name)
             if est is None or est.offset_ns is None:
