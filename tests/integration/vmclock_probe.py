@@ -5,7 +5,10 @@ Prints one JSON value.
     read              [true_before_ns, time.time_ns(), true_after_ns, formula_ns(true_before)]
     recv PORT         kernel receive stamps of 5 UDP datagrams on PORT (SO_TIMESTAMPNS cmsg) and
                       5 on PORT+1 (SIOCGSTAMPNS), each as time.time_ns() right after the
-                      receive minus the stamp (ns)
+                      receive minus the stamp (ns); then "self": 20 datagrams sent to itself
+                      over loopback, each [before_ns, cmsg stamp_ns, SIOCGSTAMPNS stamp_ns,
+                      after_ns] with before/after read around the send and the receive (no
+                      scheduler wake-up in between)
     send HOST PORT    sends 5 datagrams to PORT+1, then 5 to PORT with software TX
                       timestamping, 20 ms apart: [before_ns, error-queue stamp_ns, after_ns]
                       of the last one
@@ -80,6 +83,25 @@ def main(cmd: str, *args: str):
             after = time.time_ns()
             out["cmsg"] += [after - ns(d) for lvl, t, d in anc
                             if lvl == socket.SOL_SOCKET and t == SO_TIMESTAMPNS]
+        # loopback: one socket with cmsgs, one for SIOCGSTAMPNS
+        a, b = (socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2))
+        a.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        a.bind(("127.0.0.1", 0))
+        b.bind(("127.0.0.1", 0))
+        try:
+            fcntl.ioctl(b.fileno(), SIOCGSTAMPNS, buf, True)
+        except OSError:
+            pass
+        out["self"] = []
+        for _ in range(20):
+            before = time.time_ns()
+            a.sendto(b"x", a.getsockname())
+            a.sendto(b"x", b.getsockname())
+            _, anc, _, _ = a.recvmsg(64, 256)
+            b.recv(64)
+            fcntl.ioctl(b.fileno(), SIOCGSTAMPNS, buf, True)
+            after = time.time_ns()
+            out["self"].append([before, ns(anc[0][2]), ns(buf), after])
         return out
     if cmd == "send":
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
