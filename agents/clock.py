@@ -274,7 +274,9 @@ class Clock:
     """
 
     def __init__(self, path: str | None = None):
-        if path is None and not preloaded():
+        # vmclock preloaded on a VM clock: the system clock already is the VM clock
+        self.vmclock = path is None and bool(os.environ.get(ENV_VAR)) and preloaded()
+        if path is None and not self.vmclock:
             path = os.environ.get(ENV_VAR) or None
         self.path = path
         self._spec: ClockSpec | None = None
@@ -282,7 +284,8 @@ class Clock:
 
     @property
     def emulated(self) -> bool:
-        return self.path is not None
+        """True on an emulated VM clock (a clock file, or ``vmclock`` preloaded)."""
+        return self.path is not None or self.vmclock
 
     def _current(self) -> ClockSpec | None:
         if self.path is None:

@@ -98,3 +98,14 @@ def test_bypass_detection(tmp_path):
     src.write_text("int main(void) { return 0; }\n")
     subprocess.run(["gcc", "-static", "-o", static, str(src)], check=True)
     assert "statically linked" in vmclock.bypass_reason(static)
+
+
+def test_clock_is_the_system_clock_under_the_preload(tmp_path):
+    """agents.clock.Clock() in a preloaded process: no second conversion, still emulated."""
+    path = str(tmp_path / "vm1.clock")
+    clock_spec().write(path)
+    env = {**os.environ, "LD_PRELOAD": vmclock.library(), "NSLAB_CLOCK": path}
+    out = subprocess.run([sys.executable, "-c", "from agents.clock import Clock; c = Clock(); "
+                          "print(c.path, c.emulated, c.to_vm_ns(123))"], env=env,
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["None", "True", "123"]
