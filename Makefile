@@ -11,13 +11,21 @@ DEB_CMDS := mnexec:mininet ip:iproute2 tc:iproute2 nft:nftables iperf3:iperf3 \
             tcpdump:tcpdump ifconfig:net-tools ping:iputils-ping ps:procps gcc:gcc make:make
 SCENARIO ?= quickstart
 
-.PHONY: setup system-packages vmclock lab test unit integration tui bench clean
+.PHONY: setup system-packages vmclock chrony lab test unit integration tui bench clean
 
-setup: system-packages $(STAMP) vmclock
+setup: system-packages $(STAMP) vmclock chrony
 
 # the VM clock preload every process of a VM runs with (vmclock/vmclock.c)
 vmclock: system-packages
 	@$(MAKE) -s -C vmclock
+
+# Debian's chronyd for the `chrony` scenario, unpacked into build/chrony (not installed: no
+# service starts, nothing touches the machine's clock); skipped when chronyd is installed
+chrony: system-packages
+	@command -v chronyd >/dev/null 2>&1 || test -x build/chrony/usr/sbin/chronyd || { \
+	  mkdir -p build/chrony && cd build && apt-get download -qq chrony 2>/dev/null \
+	    || { apt-get update -qq && apt-get download -qq chrony; } ; \
+	  dpkg-deb -x chrony_*.deb chrony && rm -f chrony_*.deb; }
 
 system-packages:
 	@missing=""; for pair in $(DEB_CMDS); do \
@@ -61,6 +69,7 @@ bench: setup
 	$(BIN)/python benchmarks/sync.py
 	$(BIN)/python benchmarks/cassini.py
 	$(BIN)/python benchmarks/vmclock.py
+	$(BIN)/python benchmarks/chrony.py
 
 clean:
 	rm -rf $(VENV) *.egg-info build

@@ -242,6 +242,18 @@ class SyncErrors(_Model):
     drift_error_ppm: Stats = Field(description="|drift error|, ppm")
 
 
+class ChronySync(SyncErrors):
+    """Real chronyd in every VM (``session.chrony``): what its clients achieved, from the
+    truth: |client clock - server clock| (``offset_error_us``) and |frequency difference|
+    (``drift_error_ppm``) sampled every 0.5 s after ``chrony.warmup_s``."""
+
+    server: str = Field(description="the VM serving NTP from its own clock")
+    converged_us: float = Field(description="the offset bound that defines convergence, us")
+    converged_s: float | None = Field(description="s after chronyd started from which every "
+                                                  "client stays within converged_us; null: "
+                                                  "never")
+
+
 class SyncSection(SyncErrors):
     """nslab's clock estimates (Huygens) against the truth, and an NTP-style baseline on the
     same probes. Drift of the last ``drift_windows // 2`` windows (provisional in the
@@ -250,6 +262,8 @@ class SyncSection(SyncErrors):
     reference: str = Field(description="the coordinator's reference VM")
     windows: int = Field(description="estimation windows reported")
     baseline_ntp: SyncErrors = Field(description="NTP-style estimator, same probes")
+    chrony: ChronySync | None = Field(None, description="real chronyd on the same lab (the "
+                                      "scenario's chrony section); absent without it")
     converged_us: float = Field(description="the offset bound that defines convergence, us")
     converged_s: float | None = Field(description="s after the agents started to the end of "
                                                   "the first window from which every window's "
@@ -648,6 +662,13 @@ def _agents_report(doc: Results) -> list[str]:
                   f"{_fmt(sync.baseline_ntp.offset_error_us, 'us')}",
                   f"                     drift  |err| "
                   f"{_fmt(sync.baseline_ntp.drift_error_ppm, 'ppm')}"]
+        if sync.chrony:
+            c = sync.chrony
+            conv = f"{c.converged_s} s" if c.converged_s is not None else "not reached"
+            lines += [f"    chrony (server {c.server}; within {c.converged_us} us after "
+                      f"{conv})",
+                      f"                     offset |err| {_fmt(c.offset_error_us, 'us')}",
+                      f"                     drift  |err| {_fmt(c.drift_error_ppm, 'ppm')}"]
     owd = doc.owd_us
     if owd and owd.pairs:
         vms = sorted({v for k in owd.pairs for v in k.split("->")}, key=_vm_order)

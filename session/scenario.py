@@ -20,6 +20,7 @@ from lab.errors import ScenarioError
 from lab.events import FAULT_TYPES, Fault
 from lab.fabric import FabricMode
 from lab.tc import LinkParams
+from session.chrony import ChronySpec
 from session.daemons import AgentsSpec
 from session.load import Flow
 from topo.leafspine import LeafSpine
@@ -173,6 +174,7 @@ class Scenario(_Strict):
     faults: list[Fault] = Field(default_factory=list, description="the fault timeline: each "
                                 "entry is injected at its at_s")
     agents: AgentsSpec = AgentsSpec()
+    chrony: ChronySpec = ChronySpec()
     load: list[Flow] = Field(default_factory=list, description="background iperf3 flows")
     jobs: list[JobSpec] = Field(default_factory=list)
     cassini: CassiniSpec | None = Field(None, description="job sets sharing a link, run alone, "
@@ -349,6 +351,11 @@ def _cross_check(sc: Scenario, topo: Topo) -> list[tuple[str, str]]:
             errors.append((f"jobs[{i}].placement", "collocation_aware needs agents.enabled"))
     if sc.agents.coordinator is not None and sc.agents.coordinator not in vms:
         errors.append(("agents.coordinator", f"no VM {sc.agents.coordinator!r}"))
+    if sc.chrony.enabled and not sc.agents.enabled:
+        errors.append(("chrony.enabled", "chrony is scored beside the agents: needs "
+                                         "agents.enabled"))
+    if sc.chrony.server is not None and sc.chrony.server not in vms:
+        errors.append(("chrony.server", f"no VM {sc.chrony.server!r}"))
     for h in sc.hosts.overrides:
         if h not in hosts:
             errors.append((f"hosts.overrides.{h}", f"no physical host {h!r}"))

@@ -34,6 +34,7 @@ from lab.fidelity import FidelitySampler
 from lab.lab import Lab
 from lab.observe import LinkState, VmState, link_states, vm_states
 from session import cassini, jobs, results, scoring
+from session.chrony import ChronyMesh
 from session.daemons import AgentMesh
 from session.load import LoadRunner
 from session.scenario import JobSpec, Scenario
@@ -111,6 +112,7 @@ class Session:
         self.error: str | None = None
         self.mesh: AgentMesh | None = None
         self.watcher: Watcher | None = None
+        self.chrony: ChronyMesh | None = None
         self.sampler = FidelitySampler(interval_s=0.5)
         self.load = LoadRunner(self.lab, list(scenario.load))
         self.job_entries: dict[str, dict] = {}
@@ -181,6 +183,11 @@ class Session:
             self.watcher = Watcher(self.lab, self.mesh)
             self.watcher.start()
             self.lab.stamp("agents_up", f"{len(self.lab.vms)} VMs")
+        if self.sc.chrony.enabled:
+            self.progress(f"starting chronyd in {len(self.lab.vms)} VMs")
+            self.chrony = ChronyMesh(self.lab, self.sc.chrony)
+            self.chrony.start()
+            self.lab.stamp("chrony_up", self.chrony.server)
         self.load.start()
         self.state = "running"
 
@@ -240,6 +247,8 @@ class Session:
     def _stop(self) -> None:
         self.progress("tearing down")
         try:
+            if self.chrony is not None:
+                self.chrony.stop()
             if self.watcher is not None:
                 self.watcher.stop()
             if self.mesh is not None:
@@ -396,6 +405,8 @@ class Session:
         if self.mesh is not None:
             sections.update(scoring.agent_sections(self.lab, self.mesh, self.watcher,
                                                    self._agent_cost or {}))
+            if self.chrony is not None and "sync" in sections:
+                sections["sync"]["chrony"] = self.chrony.section()
         if any(s.name not in self.sc.cassini_jobs() for s in self.sc.jobs):
             sections["jobs"] = [self.job_entries[s.name] for s in self.sc.jobs
                                 if s.name in self.job_entries]

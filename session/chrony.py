@@ -1,0 +1,158 @@
+"""Real chronyd (Debian's chrony) in every VM of a lab, scored against the truth: the baseline a
+user would run instead of nslab's agent.
+
+One VM serves NTP from its own clock (``local stratum 1``); every other VM is its client
+(``server ... iburst``, kernel software timestamps: chrony's default on Linux). Each chronyd
+runs on its VM clock through the ``vmclock`` preload, so its corrections (adjtimex frequency,
+ADJ_SETOFFSET steps) discipline that VM clock, never the machine's. Its configuration, pid file
+and command socket live under the lab's state directory. What chrony achieved is read from the
+truth: every client's clock minus the server's (offset, us) and their frequency difference
+(ppm), sampled from the published clocks while it runs (chrony's documentation:
+https://chrony-project.org/doc/4.3/chrony.conf.html).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lab.errors import LabError
+from lab.names import state_dir
+from session.scoring import _stats
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# `make setup` unpacks Debian's chrony here when it is not installed (no service is started)
+LOCAL_CHRONYD = os.path.join(REPO, "build", "chrony", "usr", "sbin", "chronyd")
+
+
+class ChronySpec(BaseModel):
+    """The scenario's ``chrony:`` section."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description="run chronyd in every VM")
+    server: str | None = Field(None, description="the VM that serves NTP from its own clock "
+                                                 "(default: the first VM)")
+    poll: int = Field(-2, ge=-6, le=10, description="clients' minpoll = maxpoll, log2 s")
+    warmup_s: float = Field(10.0, ge=0, description="s after chronyd started left out of the "
+                                                    "error statistics (convergence)")
+    converged_us: float = Field(100.0, gt=0, description="the offset bound that defines "
+                                                         "convergence, us")
+
+
+def chronyd() -> str:
+    """Path of chronyd.
+
+    Raises:
+        LabError: no chronyd (run ``make setup``).
+    """
+    for path in (shutil.which("chronyd"), LOCAL_CHRONYD):
+        if path and os.access(path, os.X_OK):
+            return path
+    raise LabError("chronyd not found: run `make setup` (it unpacks Debian's chrony)")
+
+
+def config(directory: str, server_ip: str | None, poll: int) -> str:
+    """chrony.conf of one VM: a client of ``server_ip``, or the server when None."""
+    lines = [f"pidfile {directory}/chronyd.pid", f"bindcmdaddress {directory}/chronyd.sock",
+             "cmdport 0"]
+    if server_ip is None:
+        lines += ["local stratum 1", "allow all"]
+    else:
+        lines += [f"server {server_ip} iburst minpoll {poll} maxpoll {poll}",
+                  "makestep 0.1 3"]
+    return "\n".join(lines) + "\n"
+
+
+class ChronyMesh:
+    """chronyd in every VM of ``lab``; ``samples`` of the truth while they run."""
+
+    def __init__(self, lab, spec: ChronySpec, sample_s: float = 0.5):
+        self.lab, self.spec, self.sample_s = lab, spec, sample_s
+        self.server = spec.server or sorted(lab.vms, key=lambda v: (len(v), v))[0]
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.samples: list[tuple[int, dict[str, tuple[float, float]]]] = []
+        self.start_ns: int | None = None
+        self._halt = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start chronyd in every VM (server first) and the truth sampler.
+
+        Raises:
+            LabError: no chronyd, or one exited at once (its log says why).
+        """
+        exe = chronyd()
+        server_ip = self.lab[self.server].IP()
+        for vm in [self.server] + sorted(v for v in self.lab.vms if v != self.server):
+            d = os.path.join(state_dir(self.lab.name), "chrony", vm)
+            os.makedirs(d, exist_ok=True)
+            conf = os.path.join(d, "chrony.conf")
+            with open(conf, "w") as f:
+                f.write(config(d, None if vm == self.server else server_ip, self.spec.poll))
+            log = open(os.path.join(d, "chronyd.log"), "w")
+            self.procs[vm] = self.lab[vm].popen([exe, "-d", "-u", "root", "-f", conf],
+                                                stdout=log, stderr=subprocess.STDOUT)
+            log.close()
+        time.sleep(0.3)
+        for vm, p in self.procs.items():
+            if p.poll() is not None:
+                path = os.path.join(state_dir(self.lab.name), "chrony", vm, "chronyd.log")
+                raise LabError(f"chronyd in {vm} exited ({p.returncode}): "
+                               f"{open(path).read()[-500:]}")
+        self.start_ns = time.time_ns()
+        self._thread = threading.Thread(target=self._sample, daemon=True, name="nslab-chrony")
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._halt.wait(self.sample_s):
+            t = time.time_ns()
+            specs = self.lab.clocks.specs
+            ref = specs[self.server]
+            off0, y0 = ref.offset_at(t), ref.frequency_ppm(t)
+            self.samples.append((t, {vm: (s.offset_at(t) - off0, s.frequency_ppm(t) - y0)
+                                     for vm, s in specs.items() if vm != self.server}))
+
+    def stop(self) -> None:
+        """Stop the sampler and every chronyd (SIGTERM, then SIGKILL)."""
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def section(self) -> dict:
+        """``sync.chrony`` of this run (``score``)."""
+        return score(self.samples, self.start_ns or 0, self.spec, self.server)
+
+
+def score(samples: list[tuple[int, dict[str, tuple[float, float]]]], start_ns: int,
+          spec: ChronySpec, server: str) -> dict:
+    """``sync.chrony``: |client - server| offset (us) and frequency difference (ppm) of every
+    client over the ``samples`` (true ns, {vm: (offset ns, frequency ppm)} against the server)
+    taken ``spec.warmup_s`` or more after ``start_ns``, as ``offset_error_us`` and
+    ``drift_error_ppm`` (the fields of ``sync.baseline_ntp``); ``converged_s``: s after
+    ``start_ns`` from which every sample is within ``spec.converged_us`` (None: never)."""
+    kept = [errs for t, errs in samples if t >= start_ns + spec.warmup_s * 1e9]
+    converged = None
+    for i, (t, _) in enumerate(samples):
+        if all(max(abs(o) for o, _ in e.values()) <= spec.converged_us * 1e3
+               for _, e in samples[i:]):
+            converged = round((t - start_ns) / 1e9, 2)
+            break
+    return {"server": server,
+            "offset_error_us": _stats([o / 1e3 for e in kept for o, _ in e.values()], 3),
+            "drift_error_ppm": _stats([y for e in kept for _, y in e.values()], 4),
+            "converged_us": spec.converged_us, "converged_s": converged}
