@@ -74,7 +74,8 @@ class ChronyMesh:
 
     def __init__(self, lab, spec: ChronySpec, sample_s: float = 0.5):
         self.lab, self.spec, self.sample_s = lab, spec, sample_s
-        self.server = spec.server or sorted(lab.vms, key=lambda v: (len(v), v))[0]
+        self.names = sorted((vm.name for vm in lab.vms), key=lambda v: (len(v), v))
+        self.server = spec.server or self.names[0]
         self.procs: dict[str, subprocess.Popen] = {}
         self.samples: list[tuple[int, dict[str, tuple[float, float]]]] = []
         self.start_ns: int | None = None
@@ -89,7 +90,7 @@ class ChronyMesh:
         """
         exe = chronyd()
         server_ip = self.lab[self.server].IP()
-        for vm in [self.server] + sorted(v for v in self.lab.vms if v != self.server):
+        for vm in [self.server] + [v for v in self.names if v != self.server]:
             d = os.path.join(state_dir(self.lab.name), "chrony", vm)
             os.makedirs(d, exist_ok=True)
             conf = os.path.join(d, "chrony.conf")
