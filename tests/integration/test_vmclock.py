@@ -5,6 +5,7 @@ import ctypes
 import json
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -15,7 +16,7 @@ from lab.vmclock import DROPPED_CAPS
 from topo import LeafSpine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROBE = f"python3 {HERE}/vmclock_probe.py"
+PROBE = f"{sys.executable} {HERE}/vmclock_probe.py"  # the venv: the probe imports agents
 MS = 1_000_000
 
 

@@ -1,6 +1,7 @@
 """VMs: CPU of shared physical hosts, clocks as the hypervisor publishes them, pause, migration."""
 import json
 import os
+import sys
 import time
 
 from topo import LeafSpine
@@ -45,7 +46,7 @@ def test_noisy_neighbour_slows_a_vm_on_the_same_host_only(make_lab):
     assert lab.cgroups.cpu_usage_ns("phys1", "vm1") > 0.1e9
 
 
-READ = f"python3 {os.path.dirname(os.path.abspath(__file__))}/vmclock_probe.py read"
+READ = f"{sys.executable} {os.path.dirname(os.path.abspath(__file__))}/vmclock_probe.py read"
 
 
 def read_clock(vm):

@@ -1,5 +1,5 @@
-"""Test helper run inside a VM (python3 vmclock_probe.py CMD): what a program of the VM sees of
-its clock, beside the machine's true time read by raw syscalls (which no preload sees).
+"""Test helper run inside a VM (`<venv python> vmclock_probe.py CMD`): what a program of the
+VM sees of its clock, beside the machine's true time read by raw syscalls (which no preload sees).
 Prints one JSON value.
 
     read              [true_before_ns, time.time_ns(), true_after_ns, formula_ns(true_before)]
