@@ -1,6 +1,7 @@
 """Load balancers side by side on a kernel fabric: an AllToAll step between two leaves as
-equal TCP flows, under per-flow ECMP, packet spraying and Ethereal (entropy fabric, paths
-discovered by the hosts), symmetric, with a leaf-spine link down, and with one at half rate.
+equal TCP flows (workloads.lb.bulk), under per-flow ECMP, packet spraying and Ethereal
+(entropy fabric, paths discovered by the hosts), symmetric, with a leaf-spine link down, and
+with one at half rate.
 
     sudo .venv/bin/python benchmarks/lb.py [--seeds 1,2,3] [--bytes 2000000] [--bw 100]
 
@@ -54,28 +55,27 @@ def uplink_bytes(lab: Lab) -> dict[str, int]:
 
 
 def step(lab: Lab, flows: list[tuple[str, str, int, int]]) -> dict:
-    """Run the flows at once (one iperf3 each); completion s, imbalance over the links that
-    are up, retransmits."""
-    servers = [lab[d].popen(["iperf3", "-s", "-1", "-p", str(5401 + i)])
+    """Run the flows at once (workloads.lb.bulk: a flow ends when its receiver has every
+    byte); completion s, imbalance over the links that are up, retransmits."""
+    bulk = [sys.executable, "-m", "workloads.lb.bulk"]
+    servers = [lab[d].popen(bulk + ["recv", str(5401 + i)], text=True)
                for i, (_, d, _, _) in enumerate(flows)]
-    time.sleep(0.5)
     before = uplink_bytes(lab)
     t0 = time.perf_counter()
-    clients = [lab[s].popen(["iperf3", "-c", lab[d].IP(), "-p", str(5401 + i), "-n", str(n),
-                             "-l", "10000", "-S", str(dscp << 2), "-J"], text=True)
+    clients = [lab[s].popen(bulk + ["send", lab[d].IP(), str(5401 + i), str(n), "--dscp",
+                                    str(dscp), "--timeout", "300"], text=True)
                for i, (s, d, n, dscp) in enumerate(flows)]
-    docs = [json.loads(c.communicate(timeout=300)[0]) for c in clients]
+    outs = [c.communicate(timeout=300)[0] for c in clients]
     done = time.perf_counter() - t0
     for srv in servers:
         srv.kill()
         srv.wait()
     after = uplink_bytes(lab)
     up = [after[k] - before[k] for k in after]
-    finished = all("error" not in d for d in docs)
+    finished = all(c.returncode == 0 for c in clients)
     return {"completion_s": done if finished else None, "finished": finished,
             "imbalance": max(up) / (sum(up) / len(up)),
-            "retransmits": sum(d["end"]["sum_sent"].get("retransmits", 0) for d in docs
-                               if "end" in d)}
+            "retransmits": sum(json.loads(o)["retransmits"] for o in outs if o.strip())}
 
 
 def run(balancer: str, case: str, seed: int, nbytes: int, bw: float) -> dict:

@@ -1,0 +1,21 @@
+"""workloads.lb.bulk over loopback: both ends count every byte of the transfer."""
+import socket
+import threading
+
+from workloads.lb.bulk import receive, send
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_send_ends_after_the_receiver_has_every_byte():
+    port, got = free_port(), {}
+    rx = threading.Thread(target=lambda: got.update(receive(port, timeout_s=10)))
+    rx.start()
+    out = send("127.0.0.1", port, 3_000_001, dscp=3, timeout_s=10)
+    rx.join(timeout=10)
+    assert got["bytes"] == out["bytes"] == 3_000_001
+    assert out["retransmits"] == 0 and out["seconds"] > 0

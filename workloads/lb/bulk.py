@@ -1,0 +1,110 @@
+"""A bulk TCP transfer that ends when the receiver has every byte.
+
+``iperf3 -n N`` ends when the client has *written* N bytes to its socket; the server then
+stops reading and closes, so what was still in the socket buffers (hundreds of kB) never
+crosses the fabric. A load-balancing step must end when its data has arrived, so the sender
+here shuts down its side after N bytes and waits for the receiver's close, which the
+receiver sends only after reading to EOF.
+
+    python -m workloads.lb.bulk recv 5301                    # one connection; JSON when done
+    python -m workloads.lb.bulk send 10.2.1.2 5301 300000 --dscp 2
+
+Both print one JSON object: ``bytes``, ``seconds`` (connect to the receiver's close, on the
+sender; first byte to EOF, on the receiver) and, on the sender, ``retransmits``
+(``tcpi_total_retrans`` of ``TCP_INFO``, tcp(7)).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import struct
+import time
+
+CHUNK = 64 * 1024
+_TCPI_TOTAL_RETRANS = 100
+"""Offset of ``tcpi_total_retrans`` (u32) in ``struct tcp_info`` (linux/tcp.h, since 2.6)."""
+
+
+def receive(port: int, timeout_s: float = 60.0) -> dict:
+    """Serve one connection on ``port``: read to EOF, then close.
+
+    Returns:
+        {"bytes": received, "seconds": first byte to EOF}.
+    Raises:
+        TimeoutError: no connection or no data for ``timeout_s`` seconds.
+    """
+    with socket.create_server(("", port)) as srv:
+        srv.settimeout(timeout_s)
+        conn, _ = srv.accept()
+    with conn:
+        conn.settimeout(timeout_s)
+        n, t0 = 0, None
+        while data := conn.recv(CHUNK):
+            t0 = t0 or time.perf_counter()
+            n += len(data)
+        return {"bytes": n, "seconds": time.perf_counter() - t0 if t0 else 0.0}
+
+
+def send(host: str, port: int, nbytes: int, dscp: int = 0, timeout_s: float = 60.0) -> dict:
+    """Send ``nbytes`` to a ``receive`` on ``host:port`` with DSCP ``dscp`` (the entropy value
+    of the lab's ``entropy`` fabric); return once the receiver has read them all and closed.
+
+    Returns:
+        {"bytes": nbytes, "seconds": connect to the receiver's close, "retransmits": TCP
+        segments retransmitted}.
+    A refused connection is tried again until ``timeout_s`` (the receiver may still be
+    starting).
+
+    Raises:
+        OSError: the connection failed; ConnectionError: the receiver closed early.
+    """
+    t0 = time.perf_counter()
+    with _connect(host, port, timeout_s) as s:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
+        block = bytes(CHUNK)
+        left = nbytes
+        while left:
+            left -= s.send(memoryview(block)[:min(left, CHUNK)])
+        s.shutdown(socket.SHUT_WR)
+        if s.recv(1):
+            raise ConnectionError("the receiver sent data instead of closing")
+        info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+        retrans = struct.unpack_from("I", info, _TCPI_TOTAL_RETRANS)[0]
+    return {"bytes": nbytes, "seconds": time.perf_counter() - t0, "retransmits": retrans}
+
+
+def _connect(host: str, port: int, timeout_s: float) -> socket.socket:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return socket.create_connection((host, port), timeout=timeout_s)
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m workloads.lb.bulk",
+                                 description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    rx = sub.add_parser("recv", help="serve one transfer; print JSON when it is complete")
+    rx.add_argument("port", type=int)
+    tx = sub.add_parser("send", help="send NBYTES; print JSON once the receiver has them")
+    tx.add_argument("host")
+    tx.add_argument("port", type=int)
+    tx.add_argument("nbytes", type=int)
+    tx.add_argument("--dscp", type=int, default=0, help="DSCP (0-63): the entropy value")
+    for p in (rx, tx):
+        p.add_argument("--timeout", type=float, default=60.0, help="seconds without progress")
+    args = ap.parse_args(argv)
+    if args.cmd == "recv":
+        out = receive(args.port, args.timeout)
+    else:
+        out = send(args.host, args.port, args.nbytes, args.dscp, args.timeout)
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
