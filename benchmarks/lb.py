@@ -1,5 +1,5 @@
 """Load balancers side by side on a kernel fabric: an AllToAll step between two leaves as
-equal TCP flows (workloads.lb.bulk), under per-flow ECMP, packet spraying and Ethereal
+equal TCP flows (workloads.bulk), under per-flow ECMP, packet spraying and Ethereal
 (entropy fabric, paths discovered by the hosts), symmetric, with a leaf-spine link down, and
 with one at half rate.
 
@@ -55,9 +55,9 @@ def uplink_bytes(lab: Lab) -> dict[str, int]:
 
 
 def step(lab: Lab, flows: list[tuple[str, str, int, int]]) -> dict:
-    """Run the flows at once (workloads.lb.bulk: a flow ends when its receiver has every
+    """Run the flows at once (workloads.bulk: a flow ends when its receiver has every
     byte); completion s, imbalance over the links that are up, retransmits."""
-    bulk = [sys.executable, "-m", "workloads.lb.bulk"]
+    bulk = [sys.executable, "-m", "workloads.bulk"]
     servers = [lab[d].popen(bulk + ["recv", str(5401 + i)], text=True)
                for i, (_, d, _, _) in enumerate(flows)]
     before = uplink_bytes(lab)

@@ -20,4 +20,8 @@ Modules:
     job:         ``Job``/``run_job``: start the N ranks through a ``spawn`` callable, enforce
                  the job timeout, summarize.
     stats:       ``percentiles``, the project's one percentile helper.
+    bulk:        a TCP transfer that ends when the receiver has every byte (a load-balanced
+                 flow's piece, an incast sender), ``python -m workloads.bulk``.
+    schedule:    iteration slots on the VM clock (CASSINI's time shift).
+    lb/:         load balancing from the hosts (path discovery, Ethereal, REPS).
 """

@@ -10,7 +10,7 @@ from workloads.lb.ethereal import assign
 from workloads.lb.paths import distinct_paths
 
 FLOW_BYTES = 1_200_000
-"""Per flow (4 pieces of 300 kB). Sent with workloads.lb.bulk, which ends when the receiver has
+"""Per flow (4 pieces of 300 kB). Sent with workloads.bulk, which ends when the receiver has
 every byte: iperf3 -n ends when the bytes are written, and the bytes left in the socket
 buffers never crossed the fabric (seen: one spine at 0.79-0.83 of the mean in half the runs)."""
 
@@ -29,7 +29,7 @@ def test_ethereal_assignment_puts_equal_bytes_on_every_spine(make_lab):
     assert len(paths) == 4, out
     pieces = assign(len(dsts), paths)
     assert {p.parts for p in pieces} == {4}
-    bulk = [sys.executable, "-m", "workloads.lb.bulk"]
+    bulk = [sys.executable, "-m", "workloads.bulk"]
     servers = [dsts[p.flow].popen(bulk + ["recv", str(5301 + i)], text=True)
                for i, p in enumerate(pieces)]
     before = uplink_bytes(lab)

@@ -1,8 +1,8 @@
-"""workloads.lb.bulk over loopback: both ends count every byte of the transfer."""
+"""workloads.bulk over loopback: both ends count every byte of the transfer."""
 import socket
 import threading
 
-from workloads.lb.bulk import receive, send
+from workloads.bulk import receive, send
 
 
 def free_port() -> int:

@@ -5,5 +5,4 @@ Modules:
     ethereal: Ethereal's assignment of equal flows to paths (round-robin, equal-byte splits)
               and its failed-path table.
     reps:     REPS's per-connection buffer of recycled entropy values, with freezing.
-    bulk:     a TCP transfer (flow or piece) that ends when the receiver has every byte.
 """

@@ -6,8 +6,8 @@ crosses the fabric. A load-balancing step must end when its data has arrived, so
 here shuts down its side after N bytes and waits for the receiver's close, which the
 receiver sends only after reading to EOF.
 
-    python -m workloads.lb.bulk recv 5301                    # one connection; JSON when done
-    python -m workloads.lb.bulk send 10.2.1.2 5301 300000 --dscp 2
+    python -m workloads.bulk recv 5301                    # one connection; JSON when done
+    python -m workloads.bulk send 10.2.1.2 5301 300000 --dscp 2
 
 Both print one JSON object: ``bytes``, ``seconds`` (connect to the receiver's close, on the
 sender; first byte to EOF, on the receiver) and, on the sender, ``retransmits``
@@ -86,7 +86,7 @@ def _connect(host: str, port: int, timeout_s: float) -> socket.socket:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m workloads.lb.bulk",
+    ap = argparse.ArgumentParser(prog="python -m workloads.bulk",
                                  description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     rx = sub.add_parser("recv", help="serve one transfer; print JSON when it is complete")
