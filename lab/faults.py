@@ -124,7 +124,7 @@ class Faults:
             if intf.shaping.bw is None:
                 raise LabError(f"link {a}-{b} has no rate limit to change; give it a bw")
         for intf in self._reshape(a, b, bw=mbit):
-            tc.set_rate(intf.node.ipr, intf.index, mbit)
+            tc.set_rate(intf.shaper_node.ipr, intf.shaper_index, mbit)
         return self.lab.stamp_fault(Rate(link=(a, b), mbit=mbit))
 
     def queue(self, a: str, b: str, packets: int) -> Event:
@@ -132,7 +132,7 @@ class Faults:
         if packets < 1:
             raise LabError(f"queue limit must be >= 1 packet, got {packets}")
         for intf in self._reshape(a, b, max_queue_size=packets):
-            tc.set_queue(intf.node.ipr, intf.index, intf.shaping)
+            tc.set_queue(intf.shaper_node.ipr, intf.shaper_index, intf.shaping)
         return self.lab.stamp_fault(Queue(link=(a, b), packets=packets))
 
     # -- VMs -------------------------------------------------------------------------------

@@ -1,6 +1,12 @@
-"""Shaped links: a veth pair whose both ends emulate the requested rate, queue, delay and loss
-(``lab.tc``). Options are Mininet's (``bw``, ``delay``, ``jitter``, ``loss``,
+"""Shaped links: a veth pair whose both directions emulate the requested rate, queue, delay and
+loss (``lab.tc``). Options are Mininet's (``bw``, ``delay``, ``jitter``, ``loss``,
 ``max_queue_size``, plus ``reorder``), so ``addLink(..., bw=100)`` works as with ``TCLink``.
+
+Where each direction is emulated: on the egress of the sending end, except when that end is a
+VM's vNIC. A guest owns its NIC (its qdisc is the guest's, as on a cloud VM, e.g. for the
+pacer), so the VM -> switch direction is emulated at the switch end instead: its ingress is
+redirected (``u32`` match-all, ``mirred``) to an IFB device in the switch's namespace whose
+egress carries the emulation (tc-mirred(8), ifb(4)). The VM cannot see or change it.
 """
 from __future__ import annotations
 
@@ -11,8 +17,16 @@ from lab import tc
 LINK_KEYS = ("bw", "delay", "jitter", "loss", "reorder", "max_queue_size")
 
 
+def ifb_name(ifname: str) -> str:
+    """The IFB device that carries the emulation of traffic arriving on ``ifname`` (15 chars
+    at most, a Linux interface name's limit)."""
+    return ("i" + ifname)[:15]
+
+
 class ShapedIntf(Intf):
-    """One end of a shaped link; ``params`` (a ``tc.LinkParams``) is what it emulates now."""
+    """One end of a shaped link; ``shaping`` (a ``tc.LinkParams``) is what its outgoing
+    direction emulates now, on ``shaper_node``'s interface ``shaper_name`` (this interface,
+    or for a VM's vNIC the IFB at the switch end)."""
 
     def config(self, bw=None, delay=None, jitter=None, loss=None, reorder=None,
                max_queue_size=None, ip=None, up=True, **params):
@@ -20,6 +34,7 @@ class ShapedIntf(Intf):
         (``LabNode.flush``) instead of one shell command each."""
         self.shaping = tc.LinkParams(bw, delay, jitter, loss, reorder, max_queue_size)
         self.shaping.validate()
+        self.shaper_node, self.shaper_name = self.node, self.name
         batch = self.node.batch
         if ip:
             self.ip, self.prefixLen = ip.split("/") if "/" in ip else (ip, "8")
@@ -28,7 +43,8 @@ class ShapedIntf(Intf):
             batch["ip"].append(f"link set dev {self.name} gso_max_segs 1")
         if up:
             batch["ip"].append(f"link set dev {self.name} up")
-        batch["tc"] += tc.shape_commands(self.name, self.shaping)
+        if not getattr(self.node, "owns_nic", False):
+            batch["tc"] += tc.shape_commands(self.name, self.shaping)
         if loss:
             batch["nft"] += tc.drop_commands(self.name, loss)
         return {}
@@ -37,6 +53,24 @@ class ShapedIntf(Intf):
     def index(self) -> int:
         """Interface index in its namespace."""
         return self.node.ipr.link_lookup(ifname=self.name)[0]
+
+    @property
+    def shaper_index(self) -> int:
+        """Index of the interface carrying this direction's emulation, in ``shaper_node``."""
+        return self.shaper_node.ipr.link_lookup(ifname=self.shaper_name)[0]
+
+    def emulate_ingress(self, guest: ShapedIntf) -> None:
+        """Emulate ``guest``'s outgoing direction (a VM's vNIC) on this end's ingress: an IFB
+        in this node's namespace, fed by a match-all ``mirred`` redirect."""
+        ifb = ifb_name(self.name)
+        self.node.batch["ip"] += [f"link add {ifb} type ifb", f"link set dev {ifb} up"]
+        lines = tc.shape_commands(ifb, guest.shaping)
+        if lines:
+            self.node.batch["tc"] += [
+                f"qdisc add dev {self.name} handle ffff: ingress",
+                f"filter add dev {self.name} parent ffff: protocol all prio 1 u32 match u32 0 0 "
+                f"action mirred egress redirect dev {ifb}", *lines]
+        guest.shaper_node, guest.shaper_name = self.node, ifb
 
     def delete(self) -> None:
         """The veth goes with its namespace; nothing to do one by one."""
@@ -54,6 +88,12 @@ class ShapedLink(Link):
                          intfName2=intfName2, addr1=addr1, addr2=addr2, intf=ShapedIntf,
                          params1={**shaping, **(params1 or {})},
                          params2={**shaping, **(params2 or {})}, **params)
+        for guest, peer in ((self.intf1, self.intf2), (self.intf2, self.intf1)):
+            if getattr(guest.node, "owns_nic", False):
+                if getattr(peer.node, "owns_nic", False):
+                    raise ValueError(f"link {guest.node.name}-{peer.node.name}: two VMs linked "
+                                     "directly; connect VMs through a switch or router")
+                peer.emulate_ingress(guest)
 
     def stop(self) -> None:
         """Links are removed with the namespaces of their nodes."""

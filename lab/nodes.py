@@ -97,7 +97,10 @@ class VM(LabNode, Host):
     """An emulated cloud VM: its processes run in its physical host's cgroup and live on the VM
     clock (``vmclock`` preloaded, ``NSLAB_CLOCK``), without the capabilities that reach the
     machine (``lab.vmclock.DROPPED_CAPS``). ``phys``: its physical host now (``Lab.phys``, the
-    one placement truth)."""
+    one placement truth). ``owns_nic``: the VM's interface and its qdisc are the guest's; the
+    lab emulates the vNIC's outgoing direction at the switch end (``lab.links``)."""
+
+    owns_nic = True
 
     def __init__(self, name: str, lab: Lab, **params):
         self.clock_path = lab.clocks.path(name)

@@ -62,12 +62,14 @@ def tier(lab: Lab, node: str) -> int:
 
 
 def _intf_counters(intf) -> tuple[int, int]:
-    """(tx bytes, drops) of one interface: its link counters plus its root qdisc's drops."""
-    ipr = intf.node.ipr
-    link = ipr.get_links(intf.index)[0]
+    """(tx bytes, drops) of one direction: the interface's link counters plus the drops of the
+    root qdisc emulating that direction (the IFB's for a VM's vNIC; the guest's own qdisc on
+    its vNIC is the guest's and not counted)."""
+    link = intf.node.ipr.get_links(intf.index)[0]
     st = link.get_attr("IFLA_STATS64") or {}
     drops = st.get("tx_dropped", 0) + st.get("rx_dropped", 0)
-    return st.get("tx_bytes", 0), drops + tc.qdisc_stats(ipr, intf.index)["drops"]
+    return st.get("tx_bytes", 0), drops + tc.qdisc_stats(intf.shaper_node.ipr,
+                                                         intf.shaper_index)["drops"]
 
 
 def link_states(lab: Lab) -> list[LinkState]:
