@@ -1,4 +1,4 @@
-"""``python -m agents``: the agent daemon (one per VM) and the coordinator.
+"""``python -m agents``: the agent daemon (one per VM), the coordinator and the pacer.
 
 Exit status: 0 after SIGTERM/SIGINT, 2 for bad arguments, 1 when a socket cannot be opened.
 """
@@ -79,10 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "timestamps to its peers, records reported to the coordinator); "
                     "'coordinator' fits the pairs (Huygens), solves the network for every "
                     "VM's clock offset and drift against a reference VM, OWD and collocation, "
-                    "and serves them as JSON (GET /api/v1/state, see agents/API.md).")
+                    "and serves them as JSON (GET /api/v1/state, see agents/API.md); 'pacer' "
+                    "runs in every VM: TCP sensing and On-Ramp's OWD-gated hold at the edge.")
     p.add_argument("--log-level", default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="stderr log level")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{agent,coordinator}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{agent,coordinator,pacer}")
 
     a = sub.add_parser(
         "agent", formatter_class=fmt, help="the probe daemon of one VM",
@@ -141,6 +142,41 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--history", type=int, default=300, help="windows kept in the history")
     c.add_argument("--series", type=int, default=150,
                    help="windows of drift and offset series used for collocation")
+
+    pc = sub.add_parser(
+        "pacer", formatter_class=fmt, help="TCP sensing and OWD-gated pacing of one VM",
+        description="Sense this VM's TCP connections (sock_diag: retransmissions, RTOs, "
+                    "lost, RTT, delivery rate) and measure the one-way delay toward each "
+                    "destination with data in flight on the synchronized clocks (offsets from "
+                    "the coordinator's API); in 'pace' mode hold a destination's traffic on "
+                    "this VM's own egress (an HTB class per destination) for OWD - T while its "
+                    "OWD exceeds T (On-Ramp, NSDI 2021). The gate stays open until the clock "
+                    "sync has converged. Reports go to the coordinator (CoordinatorState."
+                    "pacers).",
+        epilog="example: python -m agents pacer --name vm1 --bind 10.1.1.2 --ifname vm1-eth0 "
+               "--peers vm2=10.1.2.2 --coordinator 10.1.1.2:7700 --api 10.1.1.2:7780 "
+               "--line-mbit 100 --threshold-us 500")
+    pc.add_argument("--name", required=True, help="this VM's name (as the coordinator knows it)")
+    pc.add_argument("--bind", required=True, type=_ip, help="this VM's IPv4 address")
+    pc.add_argument("--ifname", required=True, help="this VM's interface (its egress qdisc "
+                                                    "is replaced in pace mode)")
+    pc.add_argument("--peers", required=True, type=_peers,
+                    help="the other VMs as NAME=IP,... (their pacers use the same --port)")
+    pc.add_argument("--coordinator", required=True, type=_hostport,
+                    help="the coordinator's report listener HOST:PORT")
+    pc.add_argument("--api", required=True, type=_hostport,
+                    help="the coordinator's HTTP API HOST:PORT")
+    pc.add_argument("--mode", choices=["sense", "pace"], default="pace",
+                    help="sense: measure only; pace: also hold destinations above T")
+    pc.add_argument("--port", type=_port, default=7703, help="UDP port of the OWD probes")
+    pc.add_argument("--line-mbit", type=_positive, default=10_000.0,
+                    help="the vNIC's rate, Mbit/s: released traffic leaves at it")
+    pc.add_argument("--threshold-us", type=_positive, default=500.0,
+                    help="On-Ramp's T, us: above the sync error and the base OWD")
+    pc.add_argument("--max-hold-us", type=_positive, default=5000.0,
+                    help="longest single hold, us")
+    pc.add_argument("--probe-us", type=_positive, default=500.0,
+                    help="OWD probe period per active destination, us")
     return p
 
 
@@ -189,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
                  args.port, len(args.peers), args.rate, ", HMAC" if key else "")
         agent.run(stop)
         return 0
+    if args.command == "pacer":
+        return _pacer(parser, args)
     from agents.api import serve
     from agents.coordinator import Coordinator
     if args.history < 1 or args.series < 3 or args.drift_windows < 1 or \
@@ -203,6 +241,32 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         log.error("cannot listen on %s: %s", args.bind, e)
         return 1
+    return 0
+
+
+def _pacer(parser: argparse.ArgumentParser, args) -> int:
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    from agents.gate import GateConfig
+    from agents.pacer import Pacer, PacerConfig
+    try:
+        cfg = PacerConfig(
+            name=args.name, bind=args.bind, ifname=args.ifname, peers=args.peers,
+            coordinator=args.coordinator, api=args.api, mode=args.mode, port=args.port,
+            line_mbit=args.line_mbit, probe_s=args.probe_us / 1e6,
+            gate=GateConfig(threshold_ns=args.threshold_us * 1e3,
+                            max_hold_ns=args.max_hold_us * 1e3))
+        pacer = Pacer(cfg)
+    except ValueError as e:
+        parser.error(str(e))
+    except (OSError, NetlinkError) as e:
+        log.error("cannot set up the pacer on %s (%s:%d): %s", args.ifname, args.bind,
+                  args.port, e)
+        return 1
+    stop = _stop_on_signals()
+    log.info("pacer %s (%s) on %s, T %.0f us, line %.0f Mbit/s", args.name, args.mode,
+             args.ifname, args.threshold_us, args.line_mbit)
+    pacer.run(stop)
     return 0
 
 

@@ -73,7 +73,7 @@ _MAGIC = struct.Struct("!H")
 _ANC = 512                        # ancillary buffer bytes
 
 
-def _kernel_stamp(ancdata) -> int | None:
+def kernel_stamp(ancdata) -> int | None:
     """CLOCK_REALTIME ns of the software stamp (ts[0]) in an SCM_TIMESTAMPING message."""
     for level, kind, data in ancdata:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPING and len(data) >= 16:
@@ -287,7 +287,7 @@ class Agent:
             except OSError:
                 self.counters["errqueue_errors"] += 1
                 return
-            stamp = _kernel_stamp(anc)
+            stamp = kernel_stamp(anc)
             if stamp is None or len(data) < self.size:
                 continue
             tail = len(data) - self.size  # the queued packet may carry L2/L3/L4 headers
@@ -312,7 +312,7 @@ class Agent:
             except OSError:
                 self.counters["recv_errors"] += 1
                 return
-            stamp = _kernel_stamp(anc)
+            stamp = kernel_stamp(anc)
             res = self.filter.check(data, addr[0])
             if res is None:
                 continue

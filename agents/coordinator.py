@@ -54,6 +54,7 @@ from agents.messages import (
     Hello,
     HistoryEntry,
     HistoryVm,
+    PacerReport,
     Report,
     VmState,
 )
@@ -128,6 +129,7 @@ class Coordinator:
         self.clock = clock or Clock()
         self.lock = threading.RLock()
         self.counters: Counter[str] = Counter()
+        self.pacers: dict[str, PacerReport] = {}
         self.inbox = Inbox(self.window_ns, self.clock, self.counters, lateness_s, live_s)
         self.history: deque[WindowResult] = deque(maxlen=max(history, 1))
         self.series: deque[WindowResult] = deque(maxlen=max(series_windows, 1))
@@ -141,7 +143,7 @@ class Coordinator:
         with self.lock:
             self.counters[key] += n
 
-    def ingest(self, msg: Hello | Report) -> str:
+    def ingest(self, msg: Hello | Report | PacerReport) -> str:
         """Take one agent message (``agents.messages.parse_message`` reads a line); returns
         the VM name.
 
@@ -150,6 +152,9 @@ class Coordinator:
                 many VMs (the rows before it are kept).
         """
         with self.lock:
+            if isinstance(msg, PacerReport):
+                self.pacers[msg.name] = msg
+                return msg.name
             return self.inbox.add(msg)
 
     def reference_name(self) -> str | None:
@@ -297,7 +302,7 @@ class Coordinator:
                     ntp_offset_ns=_f(w.ntp[v].offset_ns) if v in w.ntp else None,
                     ntp_drift_ppm=_f(w.ntp_drift[v]) if v in w.ntp else None)
                     for v, e in sorted(w.est.items())}) for w in hist],
-                counters=dict(self.counters))
+                pacers=dict(self.pacers), counters=dict(self.counters))
 
     def health(self) -> Health:
         """The ``nslab.coordinator.health/1`` document."""

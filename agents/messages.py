@@ -23,9 +23,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, WithJsonSchema
 
+from agents.tcpsense import DestStats, NetCounters
+
 __all__ = ["HEALTH_SCHEMA", "REPORT_SCHEMA", "STATE_SCHEMA", "AgentMessage", "AgentStats",
            "Collocation", "CoordinatorState", "Group", "Health", "Hello", "HistoryEntry",
-           "HistoryVm", "OwdStats", "Report", "VmState", "parse_message"]
+           "HistoryVm", "OwdStats", "PacerDest", "PacerReport", "Report", "VmState",
+           "parse_message"]
 
 REPORT_SCHEMA = "nslab.report/1"
 STATE_SCHEMA = "nslab.coordinator/1"
@@ -128,12 +131,52 @@ class Report(_AgentWire):
     """The agent's counters (on the last line of a report, else ``None``)."""
 
 
-AgentMessage = Annotated[Hello | Report, Field(discriminator="type")]
+class PacerDest(_Wire):
+    """The pacer's view of one destination VM since it started."""
+
+    owd_us_p50: float | None = None
+    """Median one-way delay of the pacer's probes toward it, us (synchronized clocks)."""
+    owd_us_p99: float | None = None
+    """99th percentile one-way delay, us."""
+    owd_samples: int = 0
+    """OWD samples taken."""
+    holds: int = 0
+    """Times its traffic was held."""
+    held_ms: float = 0.0
+    """Total time held, ms."""
+    tcp: DestStats | None = None
+    """Its TCP connections now (``agents.tcpsense``); ``None`` without any."""
+
+
+class PacerReport(_Wire):
+    """The pacer's state, sent to the coordinator every second on the report connection
+    (``python -m agents pacer``) and served in ``CoordinatorState.pacers``."""
+
+    type: Literal["pacer"] = "pacer"
+    name: str = Field(min_length=1, max_length=64)
+    """This VM's name."""
+    t_ns: int
+    """This VM's clock when the report was made, ns."""
+    mode: Literal["sense", "pace"]
+    """``sense``: measure only; ``pace``: hold destinations above the threshold."""
+    threshold_us: float
+    """On-Ramp's threshold T, us."""
+    synced: bool
+    """Whether the pacer trusts the synchronized clock (else the gate is open)."""
+    status: str
+    """Why the gate is open or what it does, in words."""
+    net: NetCounters
+    """This VM's TCP counters since the pacer started (retransmitted segments, RTOs, ...)."""
+    dests: dict[str, PacerDest] = Field(default_factory=dict)
+    """By destination VM name."""
+
+
+AgentMessage = Annotated[Hello | Report | PacerReport, Field(discriminator="type")]
 """One line of ``nslab.report/1``."""
 _MESSAGE = TypeAdapter(AgentMessage)
 
 
-def parse_message(line: bytes | str) -> Hello | Report:
+def parse_message(line: bytes | str) -> Hello | Report | PacerReport:
     """One agent line (JSON) as a model.
 
     Raises:
@@ -266,6 +309,10 @@ class CoordinatorState(_Wire):
     """The ``t_ns`` of each ``drift_series`` entry, ns."""
     history: list[HistoryEntry] = Field(default_factory=list)
     """The last windows, oldest first."""
+    pacers: dict[str, PacerReport] = Field(default_factory=dict)
+    """The latest report of each VM's pacer, when pacers run."""
+    pacers: dict[str, PacerReport] = Field(default_factory=dict)
+    """The latest report of each VM's pacer, when pacers run (``python -m agents pacer``)."""
     counters: dict[str, int] = Field(default_factory=dict)
     """Coordinator diagnostics (``late_records``, ``bad_records``, ``bad_messages``, ...)."""
 

@@ -29,7 +29,7 @@ from workloads.stats import percentiles
 if TYPE_CHECKING:  # pragma: no cover
     from lab.lab import Lab
 
-AGENT_PORT, COORD_PORT, HTTP_PORT = 7701, 7700, 7780
+AGENT_PORT, COORD_PORT, HTTP_PORT, PACER_PORT = 7701, 7700, 7780, 7703
 WIRE_OVERHEAD = 14 + 20 + 8
 """Ethernet, IPv4 and UDP header bytes around a probe's payload (as HTB counts them)."""
 
@@ -48,6 +48,19 @@ class AgentsSpec(BaseModel):
                             description="shared HMAC key (hex) for authenticated probes")
     coordinator: str | None = Field(None, description="VM running the coordinator (default: "
                                                       "the first VM)")
+
+
+class PacerSpec(BaseModel):
+    """How the pacers (``python -m agents pacer``) run when a job asks for them (the
+    scenario's ``pacer:`` section; a job's ``pacer: sense|pace`` starts them in its VMs)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    threshold_us: float = Field(500.0, gt=0, description="On-Ramp's T, us: above the sync "
+                                                         "error p99 and the base OWD")
+    max_hold_us: float = Field(5000.0, gt=0, description="longest single hold, us")
+    probe_us: float = Field(500.0, ge=100, description="OWD probe period per active "
+                                                       "destination, us")
 
 
 def ns_http_get(ns: str, host: str, port: int, path: str, timeout: float = 3.0) -> dict:
@@ -111,6 +124,28 @@ class AgentMesh:
                          "--rate", str(self.cfg.rate), "--window", str(self.cfg.window_s),
                          "--max-peers", str(self.cfg.max_peers), *key])
         self.started_ns = time.time_ns()
+
+    def start_pacers(self, vms: list, mode: str, spec: PacerSpec) -> None:
+        """Start a pacer in each of ``vms`` (``mode`` sense or pace), told its vNIC's rate
+        (the tenant knows its VM's bandwidth) and every other VM as a peer."""
+        cip = self.coordinator.IP()
+        for vm in vms:
+            intf = vm.defaultIntf()
+            peers = ",".join(f"{p.name}={p.IP()}" for p in self.lab.vms if p is not vm)
+            line = intf.shaping.bw or 10_000.0
+            self._spawn(vm, f"pacer-{vm.name}",
+                        ["pacer", "--name", vm.name, "--bind", vm.IP(), "--ifname", intf.name,
+                         "--peers", peers, "--coordinator", f"{cip}:{COORD_PORT}",
+                         "--api", f"{cip}:{HTTP_PORT}", "--mode", mode,
+                         "--port", str(PACER_PORT), "--line-mbit", str(line),
+                         "--threshold-us", str(spec.threshold_us),
+                         "--max-hold-us", str(spec.max_hold_us),
+                         "--probe-us", str(spec.probe_us)])
+
+    def stop_pacers(self) -> None:
+        """Stop every pacer (SIGTERM: each releases its holds, removes its qdisc and sends a
+        last report)."""
+        self._stop_procs([k for k in self.procs if k.startswith("pacer-")])
 
     def wait_api(self, timeout_s: float) -> None:
         """Wait until the coordinator answers.
@@ -185,14 +220,17 @@ class AgentMesh:
 
     def stop(self) -> None:
         """SIGTERM every daemon, then SIGKILL what is left after 2 s."""
-        for p in self.procs.values():
+        self._stop_procs(list(self.procs))
+
+    def _stop_procs(self, keys: list[str]) -> None:
+        procs = [self.procs.pop(k) for k in keys]
+        for p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 2.0
-        for p in self.procs.values():
+        for p in procs:
             try:
                 p.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        self.procs.clear()

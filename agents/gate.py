@@ -1,0 +1,122 @@
+"""On-Ramp's gate: hold a destination's traffic at the sender while its one-way delay is above a
+threshold, for about the excess.
+
+Rule (Liu et al., "Breaking the Transience-Equilibrium Nexus: A New Approach to Datacenter
+Packet Transport", NSDI 2021, section 3): when a one-way delay sample ``owd`` toward a
+destination exceeds the threshold ``T``, pause that destination's traffic for ``owd - T`` so
+the queue it is building drains at the edge instead of overflowing a shallow switch buffer;
+then release. ``T`` must exceed the clock-sync error, or the gate acts on noise.
+
+This module is pure logic (no sockets, no clock reads): times are passed in, ns on one clock.
+Bounds the paper leaves implicit, made explicit here so a destination is never held forever:
+
+* a hold lasts at most ``max_hold_ns``;
+* a sample whose echo took longer than ``max_age_ns`` to come back (the time from its arrival
+  at the destination to now) is ignored (a paused peer, a late echo);
+* a sample of a probe sent before the current hold began measured the queue that caused the
+  hold and is ignored; a later one (probes are never held) that is still above ``T`` extends
+  the hold to ``now + min(owd - T, max_hold_ns)``, but a hold never lasts longer than
+  ``max_continuous_ns`` in one piece: then the destination is open for ``max_hold_ns``
+  whatever the samples say;
+* without a synchronized clock (``synced=False``) the gate is open and says why.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["Decision", "Gate", "GateConfig"]
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Gate parameters.
+
+    Args:
+        threshold_ns: ``T``: OWD above which a destination is held, ns (> 0; should exceed the
+            sync error p99 and the path's base OWD).
+        max_hold_ns: longest single hold, ns (> 0).
+        max_age_ns: samples whose echo took longer than this are ignored, ns (> 0).
+        max_continuous_ns: longest hold in one piece (extensions included), ns (> 0).
+
+    Raises:
+        ValueError: a parameter out of range.
+    """
+
+    threshold_ns: float = 500_000.0
+    max_hold_ns: float = 5_000_000.0
+    max_age_ns: float = 20_000_000.0
+    max_continuous_ns: float = 50_000_000.0
+
+    def __post_init__(self):
+        for name in ("threshold_ns", "max_hold_ns", "max_age_ns", "max_continuous_ns"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the gate decided on one sample: ``hold_ns`` > 0 holds the destination until
+    ``until_ns``; ``reason`` says why it did not hold otherwise."""
+
+    hold_ns: float
+    until_ns: int
+    reason: str
+
+
+@dataclass
+class _Dest:
+    held_until_ns: int = 0
+    held_since_ns: int = 0
+    open_until_ns: int = 0
+    holds: int = 0
+    held_ns: float = 0.0
+
+
+@dataclass
+class Gate:
+    """Per-destination gate state (``decide`` per OWD sample, ``held`` to query)."""
+
+    cfg: GateConfig = field(default_factory=GateConfig)
+    dests: dict[str, _Dest] = field(default_factory=dict)
+
+    def decide(self, dest: str, owd_ns: float, sent_ns: int, now_ns: int,
+               synced: bool = True) -> Decision:
+        """One OWD sample toward ``dest`` taken by a probe sent at ``sent_ns``, its echo seen
+        at ``now_ns`` (ns, the sender's clock).
+
+        Returns:
+            The decision; a hold is recorded in the destination's state (``held``, ``stats``).
+        """
+        d = self.dests.setdefault(dest, _Dest())
+        if not synced:
+            return Decision(0.0, 0, "clock not synchronized: gate open")
+        if now_ns - sent_ns - owd_ns > self.cfg.max_age_ns:
+            return Decision(0.0, 0, "stale sample")
+        holding = now_ns < d.held_until_ns
+        if holding and sent_ns < d.held_since_ns:
+            return Decision(0.0, d.held_until_ns, "held: sample predates the hold")
+        if now_ns < d.open_until_ns:
+            return Decision(0.0, 0, "open after the longest continuous hold")
+        excess = owd_ns - self.cfg.threshold_ns
+        if excess <= 0:
+            return Decision(0.0, 0, "below threshold")
+        if not holding:
+            d.held_since_ns = now_ns
+            d.holds += 1
+        end = now_ns + int(min(excess, self.cfg.max_hold_ns))
+        cap = d.held_since_ns + int(self.cfg.max_continuous_ns)
+        if end >= cap:
+            end, d.open_until_ns = cap, cap + int(self.cfg.max_hold_ns)
+        d.held_ns += end - max(d.held_until_ns, now_ns)
+        d.held_until_ns = end
+        return Decision(end - now_ns, end, "above threshold")
+
+    def held(self, dest: str, now_ns: int) -> bool:
+        """Whether ``dest`` is held at ``now_ns``."""
+        d = self.dests.get(dest)
+        return d is not None and now_ns < d.held_until_ns
+
+    def stats(self, dest: str) -> tuple[int, float]:
+        """(holds, total hold time in ns) toward ``dest`` so far."""
+        d = self.dests.get(dest, _Dest())
+        return d.holds, d.held_ns

@@ -1,0 +1,77 @@
+"""On-Ramp's gate on synthetic OWD series with known truth (agents.gate)."""
+import pytest
+
+from agents.gate import Gate, GateConfig
+
+MS = 1_000_000
+T = 500_000  # ns
+
+
+def gate(**kw):
+    return Gate(GateConfig(threshold_ns=T, max_hold_ns=5 * MS, max_age_ns=20 * MS,
+                           max_continuous_ns=20 * MS, **kw))
+
+
+def test_below_threshold_never_holds():
+    g = gate()
+    for i in range(1000):
+        d = g.decide("vm2", owd_ns=T - 1, sent_ns=i * MS, now_ns=i * MS + 200_000)
+        assert d.hold_ns == 0 and d.reason == "below threshold"
+    assert g.stats("vm2") == (0, 0.0)
+
+
+def test_hold_is_the_excess_and_ends():
+    g = gate()
+    d = g.decide("vm2", owd_ns=T + 2 * MS, sent_ns=0, now_ns=3 * MS)
+    assert d.hold_ns == 2 * MS and d.until_ns == 5 * MS
+    assert g.held("vm2", 4 * MS) and not g.held("vm2", 5 * MS)
+    assert not g.held("vm3", 4 * MS)
+
+
+def test_hold_is_bounded_by_max_hold():
+    g = gate()
+    d = g.decide("vm2", owd_ns=T + 50 * MS, sent_ns=0, now_ns=51 * MS)
+    assert d.hold_ns == 5 * MS
+
+
+def test_a_sample_sent_before_the_hold_does_not_extend_it():
+    g = gate()
+    g.decide("vm2", owd_ns=T + 2 * MS, sent_ns=0, now_ns=3 * MS)       # hold 3..5 ms
+    d = g.decide("vm2", owd_ns=T + 4 * MS, sent_ns=2 * MS, now_ns=4 * MS)
+    assert d.hold_ns == 0 and d.until_ns == 5 * MS
+    d = g.decide("vm2", owd_ns=T + 3 * MS, sent_ns=3 * MS + 1, now_ns=4 * MS)  # after: extends
+    assert d.until_ns == 7 * MS and g.stats("vm2") == (1, 4 * MS)
+
+
+def test_a_continuous_hold_is_bounded_then_open():
+    g = gate()
+    t, held = 0, []
+    while t < 60 * MS:  # the queue never drains: every sample is far above T
+        g.decide("vm2", owd_ns=T + 10 * MS, sent_ns=t, now_ns=t + 100_000)
+        held.append(g.held("vm2", t + 100_000))
+        t += MS // 10
+    runs, run = [], 0
+    for h in held + [False]:
+        if h:
+            run += 1
+        elif run:
+            runs.append(run)
+            run = 0
+    assert max(runs) * 0.1 <= 20.0 + 0.1         # never more than max_continuous in one piece
+    assert len(runs) >= 2                        # open for max_hold, then gated again
+    assert held.count(False) * 0.1 >= 2 * 5.0    # the open spells last max_hold
+
+
+def test_stale_and_unsynced_samples_are_ignored():
+    g = gate()
+    d = g.decide("vm2", owd_ns=T + MS, sent_ns=0, now_ns=T + MS + 21 * MS)
+    assert d.hold_ns == 0 and d.reason == "stale sample"
+    d = g.decide("vm2", owd_ns=T + MS, sent_ns=0, now_ns=2 * MS, synced=False)
+    assert d.hold_ns == 0 and "not synchronized" in d.reason
+
+
+@pytest.mark.parametrize("field", ["threshold_ns", "max_hold_ns", "max_age_ns",
+                                   "max_continuous_ns"])
+def test_bad_parameters_are_refused(field):
+    with pytest.raises(ValueError, match=field):
+        GateConfig(**{field: 0})
