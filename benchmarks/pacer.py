@@ -1,0 +1,111 @@
+"""Pacer off/on under incast: N senders on leaf1 each send the same bytes over TCP (iperf3) to
+one VM on leaf2 at once, behind its downlink's packet queue; the same rounds with the pacers
+in ``sense`` mode (measuring only: the baseline, plain CUBIC/BBR as configured) and in
+``pace`` mode (On-Ramp's hold), side by side in one lab per (senders, queue).
+
+    sudo .venv/bin/python benchmarks/pacer.py [--senders 2,4] [--queues 20,50] [--rounds 3]
+
+Printed per row: completion (s, all senders done), fabric and VM-link queue drops (the lab's
+tc counters: the truth), TCP retransmitted segments and RTOs (the pacers' sensing), the
+senders' OWD p99 toward the receiver (us), holds, and the pacers' CPU (fraction of a core).
+Goal (issue 10): zero drops with the pacer on, completion not worse.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import time
+
+import psutil
+from mininet.log import setLogLevel
+
+from lab import Lab
+from lab.fidelity import FidelitySampler
+from lab.observe import link_states
+from session.daemons import AgentMesh, AgentsSpec, PacerSpec
+from topo import LeafSpine
+
+
+def drops(lab) -> int:
+    return sum(ln.drops for ln in link_states(lab))
+
+
+def incast(lab, senders, rx, size: str) -> tuple[float, int]:
+    """One round: (completion s, drops)."""
+    srv = [rx.popen(["iperf3", "-s", "-1", "-p", str(5201 + i)]) for i in range(len(senders))]
+    time.sleep(0.5)
+    d0, t0 = drops(lab), time.monotonic()
+    cl = [s.popen(["iperf3", "-c", rx.IP(), "-p", str(5201 + i), "-n", size, "-J"],
+                  stdout=subprocess.PIPE) for i, s in enumerate(senders)]
+    for c in cl:
+        json.loads(c.communicate()[0])
+    t = time.monotonic() - t0
+    for s in srv:
+        s.wait()
+    return t, drops(lab) - d0
+
+
+def run_mode(lab, mesh, senders, rx, mode: str, spec: PacerSpec, rounds: int, size: str):
+    mesh.start_pacers(senders + [rx], mode, spec)
+    time.sleep(3)
+    cpu0 = {k: psutil.Process(p.pid).cpu_times() for k, p in mesh.procs.items()
+            if k.startswith("pacer-")}
+    t0 = time.monotonic()
+    res = [incast(lab, senders, rx, size) for _ in range(rounds)]
+    time.sleep(1.5)
+    st = mesh.state()
+    wall = time.monotonic() - t0
+    cpu = max((sum(psutil.Process(mesh.procs[k].pid).cpu_times()[:2]) - sum(c[:2])) / wall
+              for k, c in cpu0.items())
+    mesh.stop_pacers()
+    reps = [st.pacers[s.name] for s in senders if st and s.name in st.pacers]
+    owd = [r.dests[rx.name].owd_us_p99 for r in reps if rx.name in r.dests
+           and r.dests[rx.name].owd_us_p99 is not None]
+    return {"completion_s": sum(t for t, _ in res) / rounds, "drops": sum(d for _, d in res),
+            "retrans": sum(r.net.retrans_segs for r in reps),
+            "rtos": sum(r.net.timeouts for r in reps),
+            "owd_p99_us": max(owd) if owd else None,
+            "holds": sum(r.dests[rx.name].holds for r in reps if rx.name in r.dests),
+            "cpu": cpu}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--senders", default="2,4", help="senders per row, comma separated")
+    ap.add_argument("--queues", default="20,50", help="downlink queue limits, packets")
+    ap.add_argument("--rate", type=float, default=20.0, help="VM link rate, Mbit/s")
+    ap.add_argument("--size", default="1M", help="bytes per sender per round (iperf3 -n)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threshold-us", type=float, default=500.0)
+    args = ap.parse_args()
+    setLogLevel("error")
+    print(f"{'senders':>7s} {'queue':>5s} {'mode':>5s} {'compl s':>7s} {'drops':>6s} "
+          f"{'retrans':>7s} {'RTOs':>4s} {'OWD p99 us':>10s} {'holds':>5s} {'CPU':>5s} "
+          f"{'saturated':>9s}")
+    for n in (int(x) for x in args.senders.split(",")):
+        for q in (int(x) for x in args.queues.split(",")):
+            topo = LeafSpine(spines=1, leaves=2, vms_per_leaf=max(n, 1), host_bw=args.rate,
+                             fabric_bw=1000, host_queue=q)
+            with Lab(topo, name="bench_pace") as lab, FidelitySampler() as fid:
+                mesh = AgentMesh(lab, AgentsSpec(enabled=True))
+                mesh.start()
+                try:
+                    time.sleep(8)  # clock sync converges
+                    senders = [lab[f"vm{i}"] for i in range(1, n + 1)]
+                    rx = lab[f"vm{n + 1}"]
+                    spec = PacerSpec(threshold_us=args.threshold_us)
+                    for mode in ("sense", "pace"):
+                        r = run_mode(lab, mesh, senders, rx, mode, spec, args.rounds,
+                                     args.size)
+                        owd = f"{r['owd_p99_us']:10.0f}" if r["owd_p99_us"] else f"{'-':>10s}"
+                        print(f"{n:7d} {q:5d} {mode:>5s} {r['completion_s']:7.3f} "
+                              f"{r['drops']:6d} {r['retrans']:7d} {r['rtos']:4d} {owd} "
+                              f"{r['holds']:5d} {r['cpu']:5.2f} "
+                              f"{fid.summary()['saturated']!s:>9s}", flush=True)
+                finally:
+                    mesh.stop()
+
+
+if __name__ == "__main__":
+    main()
