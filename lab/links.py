@@ -14,6 +14,8 @@ from mininet.link import Intf, Link
 
 from lab import tc
 
+TXQUEUELEN = 1000
+"""Packets: the queue of a link without ``max_queue_size`` (Linux's default for a veth)."""
 LINK_KEYS = ("bw", "delay", "jitter", "loss", "reorder", "max_queue_size")
 
 
@@ -63,7 +65,10 @@ class ShapedIntf(Intf):
         """Emulate ``guest``'s outgoing direction (a VM's vNIC) on this end's ingress: an IFB
         in this node's namespace, fed by a match-all ``mirred`` redirect."""
         ifb = ifb_name(self.name)
-        self.node.batch["ip"] += [f"link add {ifb} type ifb", f"link set dev {ifb} up"]
+        # txqueuelen as the vNIC's (veth: 1000): an IFB's default of 32 would be the
+        # queue limit of every link without max_queue_size
+        self.node.batch["ip"] += [f"link add {ifb} type ifb",
+                                  f"link set dev {ifb} txqueuelen {TXQUEUELEN} up"]
         lines = tc.shape_commands(ifb, guest.shaping)
         if lines:
             self.node.batch["tc"] += [
