@@ -20,7 +20,8 @@ def add_parser(sub) -> None:
                    f"({results.SCHEMA}) to PATH ('-' for stdout)")
     p.add_argument("--name", help="lab name (default: the scenario's name)")
     p.add_argument("--check", action="store_true",
-                   help="only validate the scenario (no root needed), build nothing")
+                   help="only validate the scenario (no root needed): every problem, one line "
+                        "each with its file, line and field; build nothing")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=main)
 

@@ -1,4 +1,7 @@
 """Typed errors of the lab. Every message says what to do."""
+from __future__ import annotations
+
+from dataclasses import dataclass
 
 
 class LabError(Exception):
@@ -13,11 +16,39 @@ class CapabilityError(LabError):
     """A requested parameter needs a kernel or machine feature that is missing."""
 
 
-class ScenarioError(LabError):
-    """A scenario file is invalid; ``errors`` lists ``(field path, message)`` pairs."""
+@dataclass(frozen=True)
+class ScenarioProblem:
+    """One problem of a scenario file, for people (``str()``: one line) and scripts (fields).
 
-    def __init__(self, source: str, errors: list[tuple[str, str]]):
+    Attributes:
+        path: the field path, ``faults[0].link`` (``""``: the file as a whole).
+        message: what is wrong and what is expected, in plain words.
+        hint: a suggestion (``did you mean `fabric_bw`?``, the names that exist), or ``""``.
+        file: the scenario file (or the name that was asked for).
+        line, column: where in the file, from 1; None when unknown.
+    """
+
+    path: str
+    message: str
+    hint: str = ""
+    file: str = ""
+    line: int | None = None
+    column: int | None = None
+
+    def __str__(self) -> str:
+        where = ":".join(str(x) for x in (self.file, self.line, self.column) if x is not None)
+        text = f"{self.path}: {self.message}" if self.path else self.message
+        return f"{where}: {text}" + (f"; {self.hint}" if self.hint else "")
+
+
+class ScenarioError(LabError):
+    """A scenario file is invalid; ``errors`` lists every ``ScenarioProblem`` found, in file
+    order; ``str()`` is a header line and one line per problem."""
+
+    def __init__(self, source: str, errors: list[ScenarioProblem]):
         self.source = source
         self.errors = errors
-        lines = "\n".join(f"  {path}: {msg}" for path, msg in errors)
-        super().__init__(f"{source}: {len(errors)} error(s); nothing was built\n{lines}")
+        n = len(errors)
+        lines = "\n".join(f"  {e}" for e in errors)
+        super().__init__(f"{source}: {n} error{'s' if n != 1 else ''}, nothing was built:\n"
+                         f"{lines}")

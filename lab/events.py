@@ -37,7 +37,8 @@ class _Fault(BaseModel):
 
 
 class _LinkFault(_Fault):
-    link: tuple[str, str] = Field(description="the link's two end nodes, e.g. [leaf1, spine1]")
+    link: tuple[str, str] = Field(description="the link's two end nodes",
+                                   examples=[["leaf1", "spine1"]])
 
     @property
     def target(self) -> str:
@@ -45,7 +46,7 @@ class _LinkFault(_Fault):
 
 
 class _VmFault(_Fault):
-    vm: str = Field(description="the VM")
+    vm: str = Field(description="the VM", examples=["vm1"])
 
     @property
     def target(self) -> str:
@@ -77,21 +78,21 @@ class Loss(_LinkFault):
     """Random loss in both directions (0 removes it)."""
 
     kind: Literal["loss"] = "loss"
-    percent: float = Field(ge=0, le=100, description="percent")
+    percent: float = Field(ge=0, le=100, description="percent", examples=[5])
 
 
 class Rate(_LinkFault):
     """A new rate for a shaped link."""
 
     kind: Literal["rate"] = "rate"
-    mbit: float = Field(gt=0, description="Mbit/s")
+    mbit: float = Field(gt=0, description="Mbit/s", examples=[50])
 
 
 class Queue(_LinkFault):
     """A new queue limit for a link."""
 
     kind: Literal["queue"] = "queue"
-    packets: int = Field(gt=0, description="packets")
+    packets: int = Field(gt=0, description="packets", examples=[20])
 
 
 class CpuHog(_VmFault):
@@ -117,14 +118,14 @@ class ClockStep(_VmFault):
     """Step a VM's clock."""
 
     kind: Literal["clock_step"] = "clock_step"
-    step_ms: float = Field(description="ms, either sign")
+    step_ms: float = Field(description="ms, either sign", examples=[2])
 
 
 class Migrate(_VmFault):
     """Live-migrate a VM to another physical host (CPU and clock follow it)."""
 
     kind: Literal["migrate"] = "migrate"
-    to: str = Field(description="destination physical host")
+    to: str = Field(description="destination physical host", examples=["phys2"])
 
 
 Fault = Annotated[LinkDown | LinkUp | Flap | Loss | Rate | Queue | CpuHog | Pause | Resume

@@ -22,8 +22,8 @@ class Flow(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    src: str
-    dst: str
+    src: str = Field(description="sending VM", examples=["vm1"])
+    dst: str = Field(description="receiving VM (iperf3 -s)", examples=["vm5"])
     at_s: float = Field(0.0, ge=0, description="start, s after bring-up")
     duration_s: float = Field(5.0, gt=0, description="s")
     bw: float | None = Field(None, gt=0, description="Mbit/s (TCP: a cap; UDP: the rate, "

@@ -1,27 +1,41 @@
 """Scenario files: YAML validated against a schema before anything is built.
 
 ``load(path_or_name)`` returns a ``Scenario`` or raises ``ScenarioError`` listing every problem
-with its field path (``topology.spines: Input should be greater than 0``). Built-in scenarios
+at once, each with its field path, file and line, in plain words
+(``s.yaml:3:37: topology.fabirc_bw: unknown field `fabirc_bw`; did you mean `fabric_bw`?``):
+``session.yamlmarks`` keeps the lines, ``session.explain`` words pydantic's errors,
+``session.crosscheck`` checks the sections against each other. Built-in scenarios
 live in ``session/scenarios/*.yaml``; ``quickstart`` is the default. The field reference is
 ``Scenario``'s JSON schema (``nslab schema``) and the README.
 """
 from __future__ import annotations
 
+import copy
 import importlib.util
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal, get_args, get_origin
 
-import yaml
 from mininet.topo import Topo
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from lab.clocks import ClockConfig
-from lab.errors import ScenarioError
-from lab.events import FAULT_TYPES, Fault
+from lab.errors import ScenarioError, ScenarioProblem
+from lab.events import Fault
 from lab.fabric import FabricMode
-from lab.tc import LinkParams
+from lab.tc import LinkParams, parse_time_us
+from session import yamlmarks
 from session.chrony import ChronySpec
+from session.crosscheck import cross_check
 from session.daemons import AgentsSpec
+from session.explain import Explained, explain, file_path
 from session.load import Flow
 from topo.leafspine import LeafSpine
 from topo.placement import STRATEGIES
@@ -38,10 +52,19 @@ class _Strict(BaseModel):
 class LinkSpec(_Strict):
     """Emulation applied to every link (Mininet's link options; units in the names' docs)."""
 
-    delay: str | None = Field(None, description="one-way delay, e.g. '100us', '2ms' (netem)")
-    jitter: str | None = Field(None, description="delay variation, e.g. '50us' (netem)")
+    delay: str | None = Field(None, description="one-way delay with a unit (netem)",
+                              examples=["100us", "2ms"])
+    jitter: str | None = Field(None, description="delay variation with a unit (netem)",
+                               examples=["50us"])
     loss: float | None = Field(None, ge=0, le=100, description="random loss, percent")
     reorder: float | None = Field(None, ge=0, le=100, description="reordering, percent (netem)")
+
+    @field_validator("delay", "jitter")
+    @classmethod
+    def _time(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_time_us(v)
+        return v
 
     @model_validator(mode="after")
     def _check(self):
@@ -106,10 +129,11 @@ class JobSpec(JobConfig):
     """A job of the scenario: its ``JobConfig`` (what it runs) plus its name, rank count and
     placement. Jobs run one after another after the fault timeline."""
 
-    name: str
+    name: str = Field(examples=["train"])
     ranks: int = Field(4, ge=1)
     placement: str | list[str] = Field("naive", description="naive, collocation_aware (from "
-                                       "the agents' groups) or a list of VMs, one per rank")
+                                       "the agents' groups) or a list of VMs, one per rank",
+                                       examples=["naive", ["vm1", "vm3"]])
 
     @model_validator(mode="after")
     def _policy(self):
@@ -162,7 +186,9 @@ class CassiniSpec(_Strict):
 
 
 class Scenario(_Strict):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_]{0,15}$", description="also the lab name")
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_]{0,15}$", examples=["mylab"],
+                      description="the scenario's name, also its lab's: lower-case "
+                      "letters, digits and _, at most 16 characters")
     description: str = ""
     seed: int = 1
     duration_s: float = Field(10.0, gt=0, description="how long the lab runs after bring-up")
@@ -180,24 +206,6 @@ class Scenario(_Strict):
     cassini: CassiniSpec | None = Field(None, description="job sets sharing a link, run alone, "
                                         "then together in each mode (session.cassini); their "
                                         "jobs leave the one-after-another turn")
-
-    @model_validator(mode="after")
-    def _cassini_jobs(self) -> Scenario:
-        if self.cassini is None:
-            return self
-        specs = {j.name: j for j in self.jobs}
-        for s in self.cassini.sets:
-            for name in s.jobs:
-                if name not in specs:
-                    raise ValueError(f"cassini.sets: {s.name} names job {name!r}, not in jobs")
-                if not isinstance(specs[name].placement, list):
-                    raise ValueError(f"cassini.sets: job {name} needs its VMs listed "
-                                     "(placement: [vm, ...]) to share the set's link")
-            used = [v for name in s.jobs for v in specs[name].placement]
-            if len(set(used)) != len(used):
-                raise ValueError(f"cassini.sets: the jobs of {s.name} share a VM; give each "
-                                 "its own VMs")
-        return self
 
     def cassini_jobs(self) -> set[str]:
         """Names of the jobs that run in the cassini sets."""
@@ -221,55 +229,108 @@ def resolve(name_or_path: str | None) -> Path:
     builtin = BUILTIN_DIR / f"{name_or_path}.yaml"
     if builtin.is_file():
         return builtin
-    raise ScenarioError(name_or_path, [("", f"no such file and no built-in scenario; built-ins: "
-                                             f"{', '.join(builtin_names())}")])
+    raise ScenarioError(name_or_path, [ScenarioProblem(
+        "", "no such file and no built-in scenario", f"built-ins: {', '.join(builtin_names())}",
+        name_or_path)])
 
 
 def load(name_or_path: str | None) -> tuple[Scenario, Topo]:
-    """Parse, validate and build the topology (pure data, no root) of a scenario.
+    """Parse, validate and build the topology (pure data, no root) of a scenario: the one
+    loader of ``nslab run``, ``nslab up``, the TUI and the Python API.
 
     Returns:
         (scenario, topology) ready for ``Lab``.
 
     Raises:
-        ScenarioError: every problem found, each with its field path.
+        ScenarioError: every problem found at once (YAML syntax, each field, and the checks
+            between sections: times within ``duration_s``, names in the topology, job ranks
+            within the VMs), each a ``ScenarioProblem`` with its field path, file, line,
+            message and hint, in file order.
     """
     path = resolve(name_or_path)
     source = str(path)
     try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ScenarioError(source, [("", f"not valid YAML: {e}")]) from e
-    if not isinstance(doc, dict):
-        raise ScenarioError(source, [("", "expected a mapping at the top level")])
+        doc = yamlmarks.parse(path.read_text())
+    except yamlmarks.YamlSyntaxError as e:
+        raise ScenarioError(source, [ScenarioProblem("", e.message, e.hint, source, e.line,
+                                                     e.column)]) from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise ScenarioError(source, [ScenarioProblem("", f"cannot read it: {e}",
+                                                     file=source)]) from e
+    found = [Explained(p, f"given twice (also at line {first}); YAML keeps only the last")
+             for p, first, _ in doc.duplicates]
+    if not isinstance(doc.data, dict):
+        found.append(Explained((), "expected a mapping of sections at the top level, e.g. "
+                                   "`name: mylab`"))
+        raise ScenarioError(source, _problems(found, doc, source))
     try:
-        sc = Scenario.model_validate(doc)
+        sc = partial = Scenario.model_validate(doc.data)
     except ValidationError as e:
-        raise ScenarioError(source, [(_path(err["loc"]), _msg(err)) for err in e.errors()]) from e
-    topo, errors = _topology(sc, path.parent)
-    if topo is not None:
-        errors += _cross_check(sc, topo)
-    if errors:
-        raise ScenarioError(source, errors)
+        sc, partial = None, _salvage(doc.data, e.errors())
+        found += explain(Scenario, e.errors())
+    topo = None
+    if None not in (partial.topology, partial.placement, partial.seed):
+        topo, problem = _topology(partial, path.parent)
+        found += problem
+    found += cross_check(partial, topo)
+    if found:
+        raise ScenarioError(source, _problems(found, doc, source))
     return sc, topo
 
 
-def _path(loc) -> str:
+def _problems(found: list[Explained], doc: yamlmarks.MarkedDoc,
+              source: str) -> list[ScenarioProblem]:
+    out = [ScenarioProblem(_dotted(e.path), e.message, e.hint, source, *doc.where(e.path))
+           for e in found]
+    return sorted(out, key=lambda p: (p.line or 0, p.column or 0))
+
+
+def _dotted(path: tuple) -> str:
     out = ""
-    for i, part in enumerate(loc):
-        if i >= 2 and loc[i - 2] == "faults" and part in FAULT_TYPES:
-            continue  # the union's tag: faults[0].link_down.link -> faults[0].link
+    for part in path:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
 
-def _msg(err: dict) -> str:
-    if err["type"] == "extra_forbidden":
-        return "unknown field"
-    return err["msg"].removeprefix("Value error, ")
+LIST_SECTIONS = tuple(n for n, f in Scenario.model_fields.items() if get_origin(f.annotation)
+                      is list)
+"""Top-level sections that are lists of entries (faults, load, jobs): an invalid entry is
+left out of the cross-checks, the others are checked."""
 
 
-def _topology(sc: Scenario, base: Path) -> tuple[Topo | None, list[tuple[str, str]]]:
+def _salvage(data: dict, errors: list[dict]) -> Scenario:
+    """The scenario without its invalid parts, for the cross-checks: unknown keys removed, a
+    section or list entry with any other error None (``session.crosscheck`` skips it)."""
+    data = copy.deepcopy(data)
+    bad = set()
+    for err in errors:
+        path = file_path(Scenario, err["loc"])
+        if err["type"] == "extra_forbidden":
+            _delete(data, path)
+        elif path:
+            listed = path[0] in LIST_SECTIONS and len(path) > 1 and isinstance(path[1], int)
+            bad.add(path[:2] if listed else path[:1])
+    parts = {}
+    for name, info in Scenario.model_fields.items():
+        if (name,) in bad:
+            parts[name] = None
+        elif name in LIST_SECTIONS and isinstance(data.get(name), list):
+            entry = TypeAdapter(get_args(info.annotation)[0])
+            parts[name] = [None if (name, i) in bad else entry.validate_python(x)
+                           for i, x in enumerate(data[name])]
+        elif name in data:
+            parts[name] = TypeAdapter(Annotated[info.annotation, info]).validate_python(
+                data[name])
+    return Scenario.model_construct(**parts)
+
+
+def _delete(data, path: tuple) -> None:
+    for part in path[:-1]:
+        data = data[part]
+    del data[path[-1]]
+
+
+def _topology(sc: Scenario, base: Path) -> tuple[Topo | None, list[Explained]]:
     t, p = sc.topology, sc.placement
     link = {k: v for k, v in t.link.model_dump().items() if v is not None}
     strategy = "explicit" if p.map else p.strategy
@@ -286,7 +347,7 @@ def _topology(sc: Scenario, base: Path) -> tuple[Topo | None, list[tuple[str, st
             _place_custom(topo, p, sc.seed)
     except (ValueError, KeyError, FileNotFoundError) as e:
         field = "placement" if "placement" in str(e) or "host" in str(e) else "topology"
-        return None, [(field, str(e))]
+        return None, [Explained((field,), str(e).strip('"'))]
     return topo, []
 
 
@@ -309,68 +370,3 @@ def _place_custom(topo: Topo, p: PlacementSpec, seed: int) -> None:
     strategy = "explicit" if p.map else p.strategy
     for vm, host in place(vms, leaf_of, p.vms_per_host, strategy, seed, p.map).items():
         topo.nodeInfo(vm)["phys"] = host
-
-
-def _cross_check(sc: Scenario, topo: Topo) -> list[tuple[str, str]]:
-    """Names in faults, hosts and clocks that the topology does not have."""
-    errors = []
-    vms = set(topo.hosts())
-    nodes = set(topo.nodes())
-    hosts = {topo.nodeInfo(vm).get("phys") for vm in vms}
-    links = {frozenset((a, b)) for a, b in topo.links()}
-    for i, f in enumerate(sc.faults):
-        if f.at_s > sc.duration_s:
-            errors.append((f"faults[{i}].at_s", f"{f.at_s} s is after the scenario ends "
-                                                 f"(duration_s {sc.duration_s})"))
-        vm, link = getattr(f, "vm", None), getattr(f, "link", None)
-        if vm is not None and vm not in vms:
-            errors.append((f"faults[{i}].vm", f"no VM {vm!r} in the topology"))
-        if link is not None:
-            bad = [n for n in link if n not in nodes]
-            if bad:
-                errors.append((f"faults[{i}].link", f"no node {bad[0]!r} in the topology"))
-            elif frozenset(link) not in links:
-                errors.append((f"faults[{i}].link", f"no link between {link[0]} and {link[1]}"))
-            elif f.kind == "rate" and "bw" not in _link_info(topo, *link):
-                errors.append((f"faults[{i}].link", "rate change on a link without a bw"))
-        if f.kind == "migrate" and f.to not in hosts:
-            errors.append((f"faults[{i}].to", f"no physical host {f.to!r}; hosts are "
-                                               f"{', '.join(sorted(hosts))}"))
-    for i, flow in enumerate(sc.load):
-        for end in ("src", "dst"):
-            if getattr(flow, end) not in vms:
-                errors.append((f"load[{i}].{end}", f"no VM {getattr(flow, end)!r}"))
-    for i, job in enumerate(sc.jobs):
-        if job.ranks > len(vms):
-            errors.append((f"jobs[{i}].ranks", f"{job.ranks} ranks but only {len(vms)} VMs"))
-        if isinstance(job.placement, list):
-            for vm in job.placement:
-                if vm not in vms:
-                    errors.append((f"jobs[{i}].placement", f"no VM {vm!r}"))
-        if job.placement == "collocation_aware" and not sc.agents.enabled:
-            errors.append((f"jobs[{i}].placement", "collocation_aware needs agents.enabled"))
-    if sc.agents.coordinator is not None and sc.agents.coordinator not in vms:
-        errors.append(("agents.coordinator", f"no VM {sc.agents.coordinator!r}"))
-    if sc.chrony.enabled and not sc.agents.enabled:
-        errors.append(("chrony.enabled", "chrony is scored beside the agents: needs "
-                                         "agents.enabled"))
-    if sc.chrony.server is not None and sc.chrony.server not in vms:
-        errors.append(("chrony.server", f"no VM {sc.chrony.server!r}"))
-    for h in sc.hosts.overrides:
-        if h not in hosts:
-            errors.append((f"hosts.overrides.{h}", f"no physical host {h!r}"))
-    for h in sc.clocks.host_drift_ppm:
-        if h not in hosts:
-            errors.append((f"clocks.host_drift_ppm.{h}", f"no physical host {h!r}"))
-    for vm in sc.clocks.vm_offset_ms:
-        if vm not in vms:
-            errors.append((f"clocks.vm_offset_ms.{vm}", f"no VM {vm!r}"))
-    return errors
-
-
-def _link_info(topo: Topo, a: str, b: str) -> dict:
-    for x, y, info in topo.links(withInfo=True):
-        if {x, y} == {a, b}:
-            return info
-    return {}
-

@@ -1,10 +1,16 @@
-"""Scenario validation: every error names the file, the field path and what was expected."""
+"""Scenario validation: every error at once, each with the file, line, field path and what
+was expected. Golden cases: tests/unit/data/scenario_errors/NAME.yaml -> NAME.txt, one
+expected line per error."""
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from lab.errors import ScenarioError
+from cli.main import main
+from lab.errors import ScenarioError, ScenarioProblem
 from session.scenario import builtin_names, load
+
+GOLDEN = sorted((Path(__file__).parent / "data" / "scenario_errors").glob("*.yaml"))
 
 GOOD = """
 name: t
@@ -24,7 +30,33 @@ def errors_of(path):
         load(path)
     assert exc.value.source == path
     assert "nothing was built" in str(exc.value)
-    return dict(exc.value.errors)
+    return {e.path: e.message for e in exc.value.errors}
+
+
+@pytest.mark.parametrize("case", GOLDEN, ids=lambda p: p.stem)
+def test_golden_error_reports(case, monkeypatch):
+    monkeypatch.chdir(case.parent)
+    with pytest.raises(ScenarioError) as exc:
+        load(case.name)
+    assert [str(e) for e in exc.value.errors] == case.with_suffix(".txt").read_text().splitlines()
+
+
+def test_errors_are_structured_for_scripts(monkeypatch):
+    monkeypatch.chdir(GOLDEN[0].parent)
+    with pytest.raises(ScenarioError) as exc:
+        load("misspelt_keys.yaml")
+    assert exc.value.errors[0] == ScenarioProblem(
+        path="topology.fabirc_bw", message="unknown field `fabirc_bw`",
+        hint="did you mean `fabric_bw`?", file="misspelt_keys.yaml", line=4, column=3)
+
+
+def test_cli_prints_one_line_per_error_and_fails(monkeypatch, capsys):
+    monkeypatch.chdir(GOLDEN[0].parent)
+    assert main(["run", "ranks_and_others.yaml", "--check"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    expected = Path("ranks_and_others.txt").read_text().splitlines()
+    assert err == [f"nslab: ranks_and_others.yaml: {len(expected)} errors, nothing was built:"] \
+        + [f"  {line}" for line in expected]
 
 
 def test_builtins_are_valid():
@@ -42,7 +74,7 @@ def test_good_scenario_builds_topology(tmp_path):
 
 def test_unknown_field(tmp_path):
     errs = errors_of(write(tmp_path, GOOD + "topology_extra: 1\n"))
-    assert errs == {"topology_extra": "unknown field"}
+    assert errs == {"topology_extra": "unknown field `topology_extra`"}
 
 
 def test_nested_unknown_field_and_negative_rate_reported_together(tmp_path):
@@ -51,8 +83,8 @@ def test_nested_unknown_field_and_negative_rate_reported_together(tmp_path):
     topology: {spines: 2, host_bw: -5, colour: red}
     """
     errs = errors_of(write(tmp_path, text))
-    assert errs["topology.colour"] == "unknown field"
-    assert "greater than 0" in errs["topology.host_bw"]
+    assert errs["topology.colour"] == "unknown field `colour`"
+    assert errs["topology.host_bw"] == "must be greater than 0, got `-5`"
 
 
 def test_vm_on_missing_host(tmp_path):
@@ -64,8 +96,8 @@ hosts:
   overrides: {phys7: {cpu_cores: 1}}
 """
     errs = errors_of(write(tmp_path, text))
-    assert "no physical host 'phys9'" in errs["faults[0].to"]
-    assert "no VM 'vm99'" in errs["faults[1].vm"]
+    assert "no physical host `phys9`" in errs["faults[0].to"]
+    assert "no VM `vm99`" in errs["faults[1].vm"]
     assert "phys7" in errs["hosts.overrides.phys7"]
 
 
@@ -76,17 +108,17 @@ def test_job_collective_names_are_checked(tmp_path):
 
 def test_load_names_real_vms(tmp_path):
     text = GOOD + "load:\n  - {src: vm1, dst: vm7, duration_s: 2}\n"
-    assert "no VM 'vm7'" in errors_of(write(tmp_path, text))["load[0].dst"]
+    assert "no VM `vm7`" in errors_of(write(tmp_path, text))["load[0].dst"]
 
 
 def test_fault_needs_its_arguments(tmp_path):
     text = GOOD + "faults:\n  - {at_s: 1, kind: loss, link: [leaf1, spine1]}\n"
-    assert "Field required" in errors_of(write(tmp_path, text))["faults[0].percent"]
+    assert "`percent` is missing" in errors_of(write(tmp_path, text))["faults[0].percent"]
 
 
 def test_fault_kinds_are_one_union(tmp_path):
     text = GOOD + "faults:\n  - {at_s: 1, kind: explode, vm: vm1}\n"
-    msg = errors_of(write(tmp_path, text))["faults[0]"]
+    msg = errors_of(write(tmp_path, text))["faults[0].kind"]
     assert "link_down" in msg and "migrate" in msg  # the union's tags, from lab.events
 
 
@@ -102,20 +134,21 @@ faults:
   - {at_s: 3, kind: rate, link: [leaf1, spine1], mbit: 10}
 """
     errs = errors_of(write(tmp_path, text))
-    assert "no link between leaf1 and leaf2" in errs["faults[0].link"]
-    assert "without a bw" in errs["faults[1].link"]
+    assert "no link between `leaf1` and `leaf2`" in errs["faults[0].link"]
+    assert "has no bw" in errs["faults[1].link"]
 
 
 def test_bad_link_values(tmp_path):
     errs = errors_of(write(tmp_path, "name: t\ntopology: {link: {delay: fast, loss: 120}}\n"))
-    assert "less than or equal to 100" in errs["topology.link.loss"]
-    errs = errors_of(write(tmp_path, "name: t\ntopology: {link: {delay: fast}}\n"))
-    assert "expected a number with a unit" in errs["topology.link"]
+    assert errs["topology.link.loss"] == "must be at most 100, got `120`"
+    assert "expected a number with a unit" in errs["topology.link.delay"]  # at once
+    errs = errors_of(write(tmp_path, "name: t\ntopology: {link: {reorder: 5}}\n"))
+    assert "reorder needs a delay" in errs["topology.link"]
 
 
 def test_bad_yaml_and_missing_file(tmp_path):
     errs = errors_of(write(tmp_path, "name: [unclosed\n"))
-    assert "not valid YAML" in errs[""]
+    assert errs[""].startswith("not valid YAML")
     with pytest.raises(ScenarioError, match="no such file"):
         load(str(tmp_path / "absent.yaml"))
 
@@ -141,12 +174,12 @@ def test_fabric_mode_is_checked_by_the_schema(tmp_path):
     sc, _ = load(write(tmp_path, GOOD + "fabric: {mode: spray}\n"))
     assert sc.fabric.mode == "spray"
     errors = errors_of(write(tmp_path, GOOD + "fabric: {mode: reps}\n"))
-    assert "Input should be 'ecmp', 'spray' or 'entropy'" in errors["fabric.mode"]
+    assert errors["fabric.mode"] == "`reps` is not one of ecmp, spray, entropy"
 
 
 @pytest.mark.parametrize("jobs, sets, message", [
     ("[{name: a, ranks: 2, placement: [vm1, vm3]}]", "[{name: s, jobs: [a, z]}]",
-     "names job 'z', not in jobs"),
+     "no job `z` in jobs"),
     ("[{name: a, ranks: 2}]", "[{name: s, jobs: [a]}]", "needs its VMs listed"),
     ("[{name: a, ranks: 2, placement: [vm1, vm3]}, {name: b, ranks: 2, placement: [vm2, vm3]}]",
      "[{name: s, jobs: [a, b]}]", "share a VM"),
