@@ -1,30 +1,53 @@
-"""``nslab doctor``: what this kernel and machine support, and what a missing piece disables."""
+"""``nslab doctor``: what this kernel and machine support, what a missing piece disables and
+what brings it; it says what its probe creates and that it removed it."""
 from __future__ import annotations
 
 import json
+import sys
 
-from lab.capabilities import as_json, probe
+from lab.capabilities import (
+    QDISCS,
+    as_json,
+    probe,
+    probe_left,
+    probe_namespace,
+    probe_plan,
+    require_root,
+)
+from session import chrony
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("doctor", help="report what this kernel and machine support",
-                       description="Probe root, netem, nftables, packet marks, policy routing, "
-                                   "cgroups, multipath hashing, "
-                                   "mnexec, iperf3 and tcpdump; say what each missing one "
-                                   "disables. Exit 0 when a lab can be built.")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+                       description="Probe root, the qdiscs "
+                                   f"{', '.join(QDISCS)}, nftables, packet marks, policy "
+                                   "routing, cgroups (v1 or v2), multipath hashing, mnexec, "
+                                   "iperf3, tcpdump and chronyd; say what each missing one "
+                                   "disables and the command or package that brings it. The "
+                                   "probe creates a namespace nslab-probe-PID with a veth pair "
+                                   "in it and removes it; both are printed. Exit 0 when a lab "
+                                   "can be built.")
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable output on stdout (what is created and removed goes "
+                        "to stderr)")
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
-    caps = probe()
+    require_root()
+    say = (lambda text: print(text, file=sys.stderr)) if args.json else print
+    say(f"nslab doctor: {probe_plan()}")
+    caps = {**probe(), "chronyd": chrony.capability()}
+    if probe_left():
+        say(f"nslab doctor: {probe_namespace()} is still there: "
+            f"ip netns delete {probe_namespace()}")
+    else:
+        say(f"nslab doctor: removed {probe_namespace()} and everything in it")
     if args.json:
         print(json.dumps(as_json(caps), indent=1))
     else:
         for c in caps.values():
-            mark = "ok  " if c.ok else "MISS"
-            line = f"{mark} {c.name:20s} {c.detail}"
+            print(f"{'ok  ' if c.ok else 'MISS'} {c.name:20s} {c.detail}")
             if not c.ok:
-                line += f"\n     {'':20s} disables: {c.disables}"
-            print(line)
+                print(f"     {'':20s} disables: {c.disables}\n     {'':20s} fix: {c.fix}")
     return 0 if caps["mnexec"].ok and caps["cgroups"].ok else 1

@@ -21,6 +21,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lab.capabilities import Capability
 from lab.errors import LabError
 from lab.names import state_dir
 from session.scoring import _stats
@@ -55,6 +56,17 @@ def chronyd() -> str:
         if path and os.access(path, os.X_OK):
             return path
     raise LabError("chronyd not found: run `make setup` (it unpacks Debian's chrony)")
+
+
+def capability() -> Capability:
+    """chronyd, as ``nslab doctor`` reports it (the ``chrony:`` section needs it)."""
+    try:
+        return Capability("chronyd", True, chronyd(), "the chrony scenario")
+    except LabError:
+        return Capability("chronyd", False, f"not in PATH nor at {LOCAL_CHRONYD}",
+                          "the chrony scenario", "make setup (it unpacks Debian's chrony into "
+                          "build/chrony; installing the chrony package would start a service "
+                          "that steers this machine's clock)")
 
 
 def config(directory: str, server_ip: str | None, poll: int) -> str:

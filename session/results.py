@@ -82,6 +82,8 @@ class Capability(_Model):
     ok: bool
     detail: str = Field(description="what the probe saw")
     disables: str = Field(description="what a missing feature disables")
+    fix: str = Field("", description="the command or package that brings a missing feature; "
+                     "empty when ok")
 
 
 class P50Max(_Model):

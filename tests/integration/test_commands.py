@@ -1,6 +1,7 @@
 """The nslab command line, run as a user would (subprocesses, as root)."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -72,8 +73,31 @@ def test_doctor_reports_what_the_kernel_supports():
     caps = json.loads(r.stdout)
     assert caps["mnexec"]["ok"] and caps["nftables"]["ok"] and caps["cgroups"]["ok"]
     assert caps["netem"]["disables"] == "link delay, jitter and reorder"
+    # what it creates and removes, with the names (stderr: stdout is the JSON)
+    made, gone = r.stderr.splitlines()
+    ns = re.search(r"creates network namespace (nslab-probe-\d+) with a veth pair p0/p1", made)
+    assert ns and gone == f"nslab doctor: removed {ns[1]} and everything in it"
+    assert ns[1] not in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                       text=True).stdout
     text = nslab("doctor").stdout
     assert ("MISS netem" in text) != caps["netem"]["ok"]
+
+
+def test_doctor_says_what_brings_a_missing_qdisc():
+    caps = json.loads(nslab("doctor", "--json").stdout)
+    release = os.uname().release
+    for qdisc in ("netem", "fq", "fq_codel", "red"):
+        cap = caps[qdisc]
+        if cap["ok"]:  # a kernel with the qdisc: nothing to bring
+            assert cap["fix"] == "" and cap["detail"] == f"tc qdisc {qdisc} works"
+            continue
+        assert "Specified qdisc kind is unknown" in cap["detail"]
+        assert f"modprobe sch_{qdisc}" in cap["fix"]
+        assert "apt-get install linux-modules-extra-$(uname -r)" in cap["fix"]
+        if not os.path.isdir(f"/lib/modules/{release}"):  # this machine: no modules at all
+            assert cap["fix"].startswith(
+                f"this kernel ({release}) has no /lib/modules/{release} and loads no modules: "
+                f"boot a kernel built with CONFIG_NET_SCH_{qdisc.upper()}=y or =m")
 
 
 def test_exec_enters_a_vm_of_a_running_lab(make_lab):
