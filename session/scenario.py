@@ -4,14 +4,14 @@
 at once, each with its field path, file and line, in plain words
 (``s.yaml:3:37: topology.fabirc_bw: unknown field `fabirc_bw`; did you mean `fabric_bw`?``):
 ``session.yamlmarks`` keeps the lines, ``session.explain`` words pydantic's errors,
-``session.crosscheck`` checks the sections against each other. Built-in scenarios
+``session.crosscheck`` checks the sections against each other, ``session.topology`` builds the
+Topo. Built-in scenarios
 live in ``session/scenarios/*.yaml``; ``quickstart`` is the default. The field reference is
 ``Scenario``'s JSON schema (``nslab schema``) and the README.
 """
 from __future__ import annotations
 
 import copy
-import importlib.util
 from pathlib import Path
 from typing import Annotated, Literal, get_args, get_origin
 
@@ -37,7 +37,7 @@ from session.crosscheck import cross_check
 from session.daemons import AgentsSpec
 from session.explain import Explained, explain, file_path
 from session.load import Flow
-from topo.leafspine import LeafSpine
+from session.topology import build
 from topo.placement import STRATEGIES
 from workloads.config import JobConfig
 
@@ -270,7 +270,7 @@ def load(name_or_path: str | None) -> tuple[Scenario, Topo]:
         found += explain(Scenario, e.errors())
     topo = None
     if None not in (partial.topology, partial.placement, partial.seed):
-        topo, problem = _topology(partial, path.parent)
+        topo, problem = build(partial.topology, partial.placement, partial.seed, path.parent)
         found += problem
     found += cross_check(partial, topo)
     if found:
@@ -327,46 +327,4 @@ def _salvage(data: dict, errors: list[dict]) -> Scenario:
 def _delete(data, path: tuple) -> None:
     for part in path[:-1]:
         data = data[part]
-    del data[path[-1]]
-
-
-def _topology(sc: Scenario, base: Path) -> tuple[Topo | None, list[Explained]]:
-    t, p = sc.topology, sc.placement
-    link = {k: v for k, v in t.link.model_dump().items() if v is not None}
-    strategy = "explicit" if p.map else p.strategy
-    try:
-        if t.kind == "leafspine":
-            topo = LeafSpine(spines=t.spines, leaves=t.leaves, vms_per_leaf=t.vms_per_leaf,
-                             pods=t.pods, superspines=t.superspines, host_bw=t.host_bw,
-                             fabric_bw=t.fabric_bw, super_bw=t.super_bw, host_queue=t.host_queue,
-                             fabric_queue=t.fabric_queue, link_opts=link,
-                             vms_per_host=p.vms_per_host, placement=strategy, seed=sc.seed,
-                             explicit=p.map)
-        else:
-            topo = _custom(base / t.file, t.name, t.args)
-            _place_custom(topo, p, sc.seed)
-    except (ValueError, KeyError, FileNotFoundError) as e:
-        field = "placement" if "placement" in str(e) or "host" in str(e) else "topology"
-        return None, [Explained((field,), str(e).strip('"'))]
-    return topo, []
-
-
-def _custom(path: Path, name: str, args: dict) -> Topo:
-    spec = importlib.util.spec_from_file_location(f"nslab_custom_{path.stem}", path)
-    if spec is None or not path.is_file():
-        raise FileNotFoundError(f"topology file {path} not found")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    topos = getattr(module, "topos", {})
-    if name not in topos:
-        raise KeyError(f"{path} has no topos[{name!r}]; it has {sorted(topos)}")
-    return topos[name](**args)
-
-
-def _place_custom(topo: Topo, p: PlacementSpec, seed: int) -> None:
-    from topo.placement import place
-    vms = topo.hosts()
-    leaf_of = {vm: topo.nodeInfo(vm).get("leaf") for vm in vms}
-    strategy = "explicit" if p.map else p.strategy
-    for vm, host in place(vms, leaf_of, p.vms_per_host, strategy, seed, p.map).items():
-        topo.nodeInfo(vm)["phys"] = host
+    data.pop(path[-1], None)

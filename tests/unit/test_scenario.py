@@ -10,7 +10,8 @@ from cli.main import main
 from lab.errors import ScenarioError, ScenarioProblem
 from session.scenario import builtin_names, load
 
-GOLDEN = sorted((Path(__file__).parent / "data" / "scenario_errors").glob("*.yaml"))
+CASES = Path(__file__).parent / "data" / "scenario_errors"
+GOLDEN = sorted(CASES.glob("*.yaml"))
 
 GOOD = """
 name: t
@@ -42,7 +43,7 @@ def test_golden_error_reports(case, monkeypatch):
 
 
 def test_errors_are_structured_for_scripts(monkeypatch):
-    monkeypatch.chdir(GOLDEN[0].parent)
+    monkeypatch.chdir(CASES)
     with pytest.raises(ScenarioError) as exc:
         load("misspelt_keys.yaml")
     assert exc.value.errors[0] == ScenarioProblem(
@@ -51,7 +52,7 @@ def test_errors_are_structured_for_scripts(monkeypatch):
 
 
 def test_cli_prints_one_line_per_error_and_fails(monkeypatch, capsys):
-    monkeypatch.chdir(GOLDEN[0].parent)
+    monkeypatch.chdir(CASES)
     assert main(["run", "ranks_and_others.yaml", "--check"]) == 1
     err = capsys.readouterr().err.splitlines()
     expected = Path("ranks_and_others.txt").read_text().splitlines()
@@ -154,20 +155,19 @@ def test_bad_yaml_and_missing_file(tmp_path):
 
 
 def test_custom_mininet_topology_file(tmp_path):
-    (tmp_path / "mytopo.py").write_text(textwrap.dedent("""
-        from mininet.topo import Topo
-        class Star(Topo):
-            def build(self, n=3):
-                s = self.addSwitch('s1')
-                for i in range(1, n + 1):
-                    self.addLink(self.addHost(f'h{i}'), s)
-        topos = {'star': Star}
-    """))
-    path = write(tmp_path, "name: t\ntopology: {kind: custom, file: mytopo.py, name: star, "
+    topos = CASES / "custom_topos.py"  # a Star(n) in a topos dict, as for mn --custom
+    path = write(tmp_path, f"name: t\ntopology: {{kind: custom, file: {topos}, name: star, "
                            "args: {n: 4}}\nplacement: {vms_per_host: 2}\n")
     sc, topo = load(path)
     assert sorted(topo.hosts()) == ["h1", "h2", "h3", "h4"]
     assert {topo.nodeInfo(h)["phys"] for h in topo.hosts()} == {"phys1", "phys2"}
+
+
+def test_custom_topology_file_that_does_not_load(tmp_path):
+    (tmp_path / "broken.py").write_text("def build(:\n")
+    path = write(tmp_path, "name: t\ntopology: {kind: custom, file: broken.py, name: x}\n")
+    assert errors_of(path)["topology.file"].startswith(
+        f"{tmp_path / 'broken.py'} does not load: SyntaxError")
 
 
 def test_fabric_mode_is_checked_by_the_schema(tmp_path):
