@@ -70,6 +70,9 @@ bench: setup
 	$(BIN)/python benchmarks/cassini.py
 	$(BIN)/python benchmarks/vmclock.py
 	$(BIN)/python benchmarks/chrony.py
+	$(BIN)/python benchmarks/pacer.py
+	$(BIN)/python benchmarks/two_step.py
+	$(BIN)/python benchmarks/lb.py
 
 clean:
 	rm -rf $(VENV) *.egg-info build

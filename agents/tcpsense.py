@@ -28,7 +28,9 @@ _EXT_INFO, _EXT_CONG = 1 << 1, 1 << 3  # 1 << (INET_DIAG_INFO - 1), 1 << (INET_D
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Attribute docstrings are the JSON Schema's descriptions (the results and API docs)."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
 
 class TcpConn(_Model):
@@ -36,8 +38,10 @@ class TcpConn(_Model):
 
     src: str
     sport: int
+    """Local port."""
     dst: str
     dport: int
+    """Remote port."""
     cc: str | None = None
     """Congestion control (``INET_DIAG_CONG``)."""
     total_retrans: int
@@ -61,33 +65,49 @@ class TcpConn(_Model):
     delivery_rate_bit_s: int
     """Most recent delivery rate sample, bit/s."""
     bytes_sent: int
+    """Bytes sent, retransmissions included."""
     bytes_acked: int
+    """Bytes acknowledged."""
     bytes_retrans: int
+    """Bytes retransmitted."""
 
 
 class DestStats(_Model):
     """Connections toward one destination address, summed (counts) or worst (times)."""
 
     conns: int
+    """Established connections."""
     total_retrans: int
+    """Segments retransmitted, summed."""
     lost: int
+    """Packets considered lost now, summed."""
     unacked: int
+    """Packets in flight, summed."""
     reord_seen: int
+    """Reordering events, summed."""
     rtt_us_max: int
+    """Largest smoothed RTT, us."""
     min_rtt_us: int
+    """Smallest minimum RTT, us."""
     in_rto: int
     """Connections in RTO backoff now."""
     delivery_rate_bit_s: int
+    """Delivery rates summed, bit/s."""
     bytes_acked: int
+    """Bytes acknowledged, summed."""
 
 
 class NetCounters(_Model):
     """VM-wide TCP counters since the namespace was made (``nstat`` names)."""
 
     retrans_segs: int
+    """Segments retransmitted (``RetransSegs``)."""
     timeouts: int
+    """Retransmission timeouts (``TcpExtTCPTimeouts``)."""
     lost_retransmit: int
+    """Retransmissions lost again (``TcpExtTCPLostRetransmit``)."""
     sack_reorder: int
+    """Reordering detected by SACK (``TcpExtTCPSACKReorder``)."""
 
     def since(self, base: NetCounters) -> NetCounters:
         """The counts between ``base`` and these."""

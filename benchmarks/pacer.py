@@ -1,4 +1,5 @@
-"""Pacer off/on under incast: N senders on leaf1 each send the same bytes over TCP (iperf3) to
+"""Pacer off/on under incast: N senders on leaf1 each send the same bytes over TCP
+(workloads.bulk: a sender is done when the receiver has its bytes) to
 one VM on leaf2 at once, behind its downlink's packet queue; the same rounds with the pacers
 in ``sense`` mode (measuring only: the baseline, plain CUBIC/BBR as configured) and in
 ``pace`` mode (On-Ramp's hold), side by side in one lab per (senders, queue).
@@ -7,14 +8,14 @@ in ``sense`` mode (measuring only: the baseline, plain CUBIC/BBR as configured) 
 
 Printed per row: completion (s, all senders done), fabric and VM-link queue drops (the lab's
 tc counters: the truth), TCP retransmitted segments and RTOs (the pacers' sensing), the
-senders' OWD p99 toward the receiver (us), holds, and the pacers' CPU (fraction of a core).
+senders' OWD p99 toward the receiver (us), holds, the pacers' CPU (fraction of a core),
+whether the machine was saturated, and the drops per link ("a-b", both ends).
 Goal (issue 10): zero drops with the pacer on, completion not worse.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
+import sys
 import time
 
 import psutil
@@ -27,32 +28,33 @@ from session.daemons import AgentMesh, AgentsSpec, PacerSpec
 from topo import LeafSpine
 
 
-def drops(lab) -> int:
-    return sum(ln.drops for ln in link_states(lab))
+def drops(lab) -> dict[str, int]:
+    """Queue drops so far per link ("a-b"), both ends."""
+    return {f"{ln.a}-{ln.b}": ln.drops for ln in link_states(lab)}
 
 
-def incast(lab, senders, rx, size: str) -> tuple[float, int]:
-    """One round: (completion s, drops)."""
-    srv = [rx.popen(["iperf3", "-s", "-1", "-p", str(5201 + i)]) for i in range(len(senders))]
-    time.sleep(0.5)
+def incast(lab, senders, rx, nbytes: int) -> tuple[float, dict[str, int]]:
+    """One round: (completion s, drops per link during it)."""
+    bulk = [sys.executable, "-m", "workloads.bulk"]
+    srv = [rx.popen(bulk + ["recv", str(5201 + i)]) for i in range(len(senders))]
     d0, t0 = drops(lab), time.monotonic()
-    cl = [s.popen(["iperf3", "-c", rx.IP(), "-p", str(5201 + i), "-n", size, "-J"],
-                  stdout=subprocess.PIPE) for i, s in enumerate(senders)]
-    for c in cl:
-        json.loads(c.communicate()[0])
+    cl = [s.popen(bulk + ["send", rx.IP(), str(5201 + i), str(nbytes)])
+          for i, s in enumerate(senders)]
+    assert [c.wait(timeout=120) for c in cl] == [0] * len(cl), "a sender failed"
     t = time.monotonic() - t0
     for s in srv:
-        s.wait()
-    return t, drops(lab) - d0
+        s.wait(timeout=10)
+    d1 = drops(lab)
+    return t, {k: d1[k] - d0[k] for k in d1 if d1[k] > d0[k]}
 
 
-def run_mode(lab, mesh, senders, rx, mode: str, spec: PacerSpec, rounds: int, size: str):
+def run_mode(lab, mesh, senders, rx, mode: str, spec: PacerSpec, rounds: int, nbytes: int):
     mesh.start_pacers(senders + [rx], mode, spec)
     time.sleep(3)
     cpu0 = {k: psutil.Process(p.pid).cpu_times() for k, p in mesh.procs.items()
             if k.startswith("pacer-")}
     t0 = time.monotonic()
-    res = [incast(lab, senders, rx, size) for _ in range(rounds)]
+    res = [incast(lab, senders, rx, nbytes) for _ in range(rounds)]
     time.sleep(1.5)
     st = mesh.state()
     wall = time.monotonic() - t0
@@ -62,7 +64,12 @@ def run_mode(lab, mesh, senders, rx, mode: str, spec: PacerSpec, rounds: int, si
     reps = [st.pacers[s.name] for s in senders if st and s.name in st.pacers]
     owd = [r.dests[rx.name].owd_us_p99 for r in reps if rx.name in r.dests
            and r.dests[rx.name].owd_us_p99 is not None]
-    return {"completion_s": sum(t for t, _ in res) / rounds, "drops": sum(d for _, d in res),
+    where: dict[str, int] = {}
+    for _, d in res:
+        for k, v in d.items():
+            where[k] = where.get(k, 0) + v
+    return {"completion_s": sum(t for t, _ in res) / rounds, "drops": sum(where.values()),
+            "where": where,
             "retrans": sum(r.net.retrans_segs for r in reps),
             "rtos": sum(r.net.timeouts for r in reps),
             "owd_p99_us": max(owd) if owd else None,
@@ -75,14 +82,14 @@ def main() -> None:
     ap.add_argument("--senders", default="2,4", help="senders per row, comma separated")
     ap.add_argument("--queues", default="20,50", help="downlink queue limits, packets")
     ap.add_argument("--rate", type=float, default=20.0, help="VM link rate, Mbit/s")
-    ap.add_argument("--size", default="1M", help="bytes per sender per round (iperf3 -n)")
+    ap.add_argument("--bytes", type=int, default=1_000_000, help="per sender per round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threshold-us", type=float, default=500.0)
     args = ap.parse_args()
     setLogLevel("error")
     print(f"{'senders':>7s} {'queue':>5s} {'mode':>5s} {'compl s':>7s} {'drops':>6s} "
           f"{'retrans':>7s} {'RTOs':>4s} {'OWD p99 us':>10s} {'holds':>5s} {'CPU':>5s} "
-          f"{'saturated':>9s}")
+          f"{'saturated':>9s} drops per link")
     for n in (int(x) for x in args.senders.split(",")):
         for q in (int(x) for x in args.queues.split(",")):
             topo = LeafSpine(spines=1, leaves=2, vms_per_leaf=max(n, 1), host_bw=args.rate,
@@ -97,12 +104,12 @@ def main() -> None:
                     spec = PacerSpec(threshold_us=args.threshold_us)
                     for mode in ("sense", "pace"):
                         r = run_mode(lab, mesh, senders, rx, mode, spec, args.rounds,
-                                     args.size)
+                                     args.bytes)
                         owd = f"{r['owd_p99_us']:10.0f}" if r["owd_p99_us"] else f"{'-':>10s}"
                         print(f"{n:7d} {q:5d} {mode:>5s} {r['completion_s']:7.3f} "
                               f"{r['drops']:6d} {r['retrans']:7d} {r['rtos']:4d} {owd} "
                               f"{r['holds']:5d} {r['cpu']:5.2f} "
-                              f"{fid.summary()['saturated']!s:>9s}", flush=True)
+                              f"{fid.summary()['saturated']!s:>9s} {r['where']}", flush=True)
                 finally:
                     mesh.stop()
 

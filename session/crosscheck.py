@@ -1,5 +1,5 @@
 """Checks between a scenario's sections: times within its duration, names that exist in its
-topology, job ranks within its VMs, job sets that name real jobs.
+topology, job ranks within its VMs, job sets and two_step that name real jobs.
 
 ``cross_check(sc, topo)`` runs on a scenario that may be partly invalid: a top-level section
 that failed validation is None, and so is an item of ``faults``, ``load`` or ``jobs`` that
@@ -33,6 +33,7 @@ def cross_check(sc: Scenario, topo: Topo | None) -> list[Explained]:
     out += _jobs(sc, topo)
     out += _needs_agents(sc)
     out += _cassini(sc)
+    out += _two_step(sc)
     return out
 
 
@@ -165,6 +166,13 @@ def _needs_agents(sc: Scenario) -> list[Explained]:
     out = [Explained(("jobs", i, "placement"), "collocation_aware places ranks from the "
                      "agents' groups", "set agents: {enabled: true}")
            for i, job in _items(sc, "jobs") if job.placement == "collocation_aware"]
+    out += [Explained(("jobs", i, "pacer"), "the pacer gates on the agents' synchronized "
+                      "clocks", "set agents: {enabled: true}, or pacer: off")
+            for i, job in _items(sc, "jobs") if job.pacer != "off"]
+    if sc.two_step is not None:
+        out.append(Explained(("two_step",), "the steps choose VMs from the agents' "
+                             "collocation groups and run the pacers",
+                             "set agents: {enabled: true}"))
     if sc.chrony is not None and sc.chrony.enabled:
         out.append(Explained(("chrony", "enabled"), "chrony is scored beside the agents",
                              "set agents: {enabled: true}"))
@@ -193,3 +201,13 @@ def _cassini(sc: Scenario) -> list[Explained]:
             out.append(Explained(path, f"the jobs of {s.name} share a VM; give each its own "
                                        "VMs"))
     return out
+
+
+def _two_step(sc: Scenario) -> list[Explained]:
+    if sc.two_step is None or sc.jobs is None or None in sc.jobs:
+        return []
+    names = [j.name for j in sc.jobs]
+    if sc.two_step.job in names:
+        return []
+    return [Explained(("two_step", "job"), f"no job `{sc.two_step.job}` in jobs",
+                      existing("jobs", names))]

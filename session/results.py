@@ -5,8 +5,9 @@
 "Results" documents the same fields with units.
 
 Sections always present: ``scenario``, ``lab``, ``truth``, ``teardown``. ``load``, ``agents``,
-``sync``, ``owd_us``, ``collocation``, ``jobs``, ``placement_comparison`` and ``cassini``
-appear when a scenario runs load, agents, jobs and CASSINI's job sets: an absent section
+``sync``, ``owd_us``, ``collocation``, ``jobs``, ``placement_comparison``, ``cassini``,
+``two_step`` and ``pacer`` appear when a scenario runs load, agents, jobs, CASSINI's job sets
+and the two-step story: an absent section
 means "not measured", never a placeholder, so ``dump`` and ``write`` leave it out. A None
 *inside* a present section is written as null (a value that could not be measured this
 time, e.g. a job's ``completion_s`` when a rank failed).
@@ -24,13 +25,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agents.messages import PacerReport
 from lab.capabilities import as_json
 from lab.links import LINK_KEYS
 
 SCHEMA = "nslab.results/1"
 
 OPTIONAL_SECTIONS = ("load", "agents", "sync", "owd_us", "collocation", "jobs",
-                     "placement_comparison", "cassini")
+                     "placement_comparison", "cassini", "two_step", "pacer")
 """Top-level sections present only when measured (absent otherwise, never null)."""
 
 
@@ -328,6 +330,19 @@ class Placement(_Model):
     policy: Literal["naive", "collocation_aware", "explicit"]
 
 
+class JobEdge(_Model):
+    """A job's edge (``session.edge``): the pacer mode and congestion control in its VMs, and
+    what the pacers sensed over the job (null without pacers)."""
+
+    pacer: Literal["off", "sense", "pace"]
+    cc: str | None = Field(description="congestion control set for the job; null: the VMs' "
+                                       "own")
+    retransmits: int | None = Field(description="TCP segments retransmitted in its VMs")
+    rtos: int | None = Field(description="TCP retransmission timeouts in its VMs")
+    owd_p99_us: float | None = Field(description="largest OWD p99 from one of its VMs toward "
+                                                 "another, us (the pacers' probes)")
+
+
 class JobEntry(_Model):
     """One job run. A job that failed before starting (no VMs could be chosen) has only
     ``name``, ``collective``, ``error``, ``verified`` false and ``completion_s`` null; every
@@ -354,6 +369,8 @@ class JobEntry(_Model):
                                                 "first")
     failed_ranks: list[int] | None = Field(None, description="ranks that failed")
     placement: Placement | None = Field(None, description="null when it never started")
+    edge: JobEdge | None = Field(None, description="its pacer and congestion control, and "
+                                 "what the pacers sensed (null when it never started)")
 
 
 class PlacementComparison(_Model):
@@ -419,6 +436,46 @@ class CassiniSection(_Model):
                                                        "than two")
 
 
+class TwoStepStep(_Model):
+    """One step of the two-step story (``session.two_step``)."""
+
+    name: Literal["naive", "aware", "aware_paced", "aware_bbr", "aware_cubic"]
+    vms: list[str] = Field(description="the job's VMs, rank order")
+    pacer: Literal["sense", "pace"] = Field(description="sense: measuring only; pace: "
+                                                        "On-Ramp's hold")
+    cc: str | None = Field(description="congestion control set for the step; null: the "
+                                       "VMs' own")
+    completion_s: float | None = Field(description="the job's completion, s (VM clocks)")
+    fabric_drops: int | None = Field(description="queue drops on every fabric and VM link "
+                                                 "during the step, packets (the truth)")
+    retransmits: int | None = Field(description="TCP segments retransmitted in the job's "
+                                                "VMs (the pacers' sensing)")
+    rtos: int | None = Field(description="TCP retransmission timeouts in the job's VMs")
+    owd_p99_us: float | None = Field(description="largest OWD p99 between the job's VMs, us")
+    verified: bool = Field(description="every rank verified every iteration")
+    error: str | None = Field(description="null, or why the step failed")
+
+
+class TwoStepSection(_Model):
+    """Naive -> collocation-aware -> aware + pacer, with the BBR and CUBIC baselines."""
+
+    job: str = Field(description="the scenario's job the steps run")
+    steps: list[TwoStepStep]
+    ratios: dict[str, float | None] = Field(description="aware and aware_paced completion as "
+                                                        "fractions of naive")
+    seed_ratios: dict[str, float] = Field(description="the seed product's ratios (0.92, 0.74)")
+
+
+class PacerSection(_Model):
+    """The pacers' parameters and their last reports in the paced step."""
+
+    threshold_us: float = Field(description="On-Ramp's threshold T, us")
+    max_hold_us: float = Field(description="longest single hold, us")
+    probe_us: float = Field(description="OWD probe period per active destination, us")
+    reports: dict[str, PacerReport] = Field(description="by VM: its last PacerReport "
+                                                        "(agents/API.md)")
+
+
 class Teardown(_Model):
     clean: bool = Field(description="nothing of the lab was left")
     leftovers: list[str] = Field(description="kernel objects or processes left")
@@ -447,6 +504,8 @@ class Results(_Model):
     jobs: list[JobEntry] | None = Field(None, description="per job, in scenario order")
     placement_comparison: PlacementComparison | None = None
     cassini: CassiniSection | None = None
+    two_step: TwoStepSection | None = None
+    pacer: PacerSection | None = None
 
 
 def results_schema() -> dict:
@@ -598,6 +657,7 @@ def report(results: Results | Mapping) -> str:
                      f"{cmp_.naive_s:.3f} s (ratio {cmp_.ratio}); avoided shared hosts: "
                      f"{cmp_.aware_avoided_shared_hosts}")
     lines += _cassini_report(doc)
+    lines += _two_step_report(doc)
     td = doc.teardown
     state = "clean" if td.clean else "LEFTOVERS " + ", ".join(td.leftovers)
     lines.append(f"  teardown: {state}")
@@ -627,6 +687,26 @@ def _cassini_report(doc: Results) -> list[str]:
             lines.append(f"    {name:15s} iteration mean {m.mean_iteration_s:.3f} s, p99 "
                          f"{m.p99_iteration_s:.3f} s{ratio}")
     lines.append(f"  cassini: scores rank the sets' gains: {doc.cassini.score_ranks_gains}")
+    return lines
+
+
+def _two_step_report(doc: Results) -> list[str]:
+    ts = doc.two_step
+    if ts is None:
+        return []
+    lines = [f"  two_step (job {ts.job}):"]
+    for st in ts.steps:
+        if st.completion_s is None:
+            lines.append(f"    {st.name:12s} ERROR {st.error}")
+            continue
+        owd = f"{st.owd_p99_us:.0f} us" if st.owd_p99_us is not None else "-"
+        lines.append(f"    {st.name:12s} {st.completion_s:7.3f} s  drops {st.fabric_drops:5d}  "
+                     f"retrans {st.retransmits if st.retransmits is not None else '-':>5}  "
+                     f"RTOs {st.rtos if st.rtos is not None else '-':>3}  OWD p99 {owd:>9s}"
+                     f"  {' '.join(st.vms)}{'' if st.verified else '  NOT VERIFIED'}")
+    got = ", ".join(f"{k} {v if v is not None else '-'} (seed {ts.seed_ratios.get(k)})"
+                    for k, v in ts.ratios.items())
+    lines.append(f"    completion as a fraction of naive: {got}")
     return lines
 
 

@@ -34,7 +34,7 @@ from lab.tc import LinkParams, parse_time_us
 from session import yamlmarks
 from session.chrony import ChronySpec
 from session.crosscheck import cross_check
-from session.daemons import AgentsSpec
+from session.daemons import AgentsSpec, PacerSpec
 from session.explain import Explained, explain, file_path
 from session.load import Flow
 from session.topology import build
@@ -134,6 +134,9 @@ class JobSpec(JobConfig):
     placement: str | list[str] = Field("naive", description="naive, collocation_aware (from "
                                        "the agents' groups) or a list of VMs, one per rank",
                                        examples=["naive", ["vm1", "vm3"]])
+    pacer: Literal["off", "sense", "pace"] = Field(
+        "off", description="the pacer in the job's VMs while it runs: sense (measure TCP and "
+        "OWD only) or pace (On-Ramp's hold); parameters in the scenario's pacer section")
 
     @model_validator(mode="after")
     def _policy(self):
@@ -185,6 +188,14 @@ class CassiniSpec(_Strict):
         return self
 
 
+class TwoStepSpec(_Strict):
+    """The scenario's ``two_step`` section (``session.two_step``): one job run naive, on
+    collocation-aware VMs, on those with the pacer, and with BBR and CUBIC as baselines."""
+
+    job: str = Field(description="name of one of the scenario's jobs (it leaves the "
+                                 "one-after-another turn); its placement is each step's")
+
+
 class Scenario(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_]{0,15}$", examples=["mylab"],
                       description="the scenario's name, also its lab's: lower-case "
@@ -206,10 +217,19 @@ class Scenario(_Strict):
     cassini: CassiniSpec | None = Field(None, description="job sets sharing a link, run alone, "
                                         "then together in each mode (session.cassini); their "
                                         "jobs leave the one-after-another turn")
+    pacer: PacerSpec = Field(PacerSpec(), description="parameters of the pacers that jobs "
+                             "(pacer: sense|pace) and two_step start")
+    two_step: TwoStepSpec | None = Field(None, description="naive -> aware -> aware + pacer, "
+                                         "and the BBR and CUBIC baselines (session.two_step)")
 
     def cassini_jobs(self) -> set[str]:
         """Names of the jobs that run in the cassini sets."""
         return {n for s in self.cassini.sets for n in s.jobs} if self.cassini else set()
+
+    def own_turn_jobs(self) -> set[str]:
+        """Names of the jobs that do not run in the one-after-another turn (cassini sets,
+        two_step)."""
+        return self.cassini_jobs() | ({self.two_step.job} if self.two_step else set())
 
 
 def builtin_names() -> list[str]:

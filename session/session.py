@@ -33,9 +33,10 @@ from lab.events import Event, Fault, Source
 from lab.fidelity import FidelitySampler
 from lab.lab import Lab
 from lab.observe import LinkState, VmState, link_states, vm_states
-from session import cassini, jobs, results, scoring
+from session import cassini, jobs, results, scoring, two_step
 from session.chrony import ChronyMesh
 from session.daemons import AgentMesh
+from session.edge import job_edge
 from session.load import LoadRunner
 from session.scenario import JobSpec, Scenario
 
@@ -117,6 +118,8 @@ class Session:
         self.load = LoadRunner(self.lab, list(scenario.load))
         self.job_entries: dict[str, dict] = {}
         self.cassini_sets: list[dict] = []
+        self.two_step: dict | None = None
+        self.pacer_reports: dict = {}
         self.load_entries: list[dict] = []
         self.capabilities: dict = {}
         self.placements: dict[str, str] = {}
@@ -215,6 +218,8 @@ class Session:
             self._jobs()
             if self.sc.cassini is not None:
                 self._cassini()
+            if self.sc.two_step is not None:
+                self._two_step()
         if not self._halt.is_set():
             self.state = "done"
         self._done.set()
@@ -341,25 +346,30 @@ class Session:
                                       spec.ranks)
 
     def _jobs(self) -> None:
-        """The scenario's jobs one after another (but those of ``cassini`` sets); one ``jobs``
-        entry each (errors included)."""
-        together = self.sc.cassini_jobs()
+        """The scenario's jobs one after another (but those of ``cassini`` sets and
+        ``two_step``), each with its pacers (``session.edge``); one ``jobs`` entry each
+        (errors included)."""
+        own_turn = self.sc.own_turn_jobs()
         for spec in self.sc.jobs:
             if self._halt.is_set():
                 return
-            if spec.name in together:
+            if spec.name in own_turn:
                 continue
             policy = spec.placement if isinstance(spec.placement, str) else "explicit"
             try:
                 vms = self.choose(spec)
+                self.progress(f"job {spec.name}: {spec.collective} on {' '.join(vms)}")
+                with job_edge(self.lab, self.mesh, vms, spec.pacer, self.sc.pacer) as sensed:
+                    entry = jobs.run(self.lab, spec.name, spec.config(), vms)
             except LabError as e:
                 self.job_entries[spec.name] = {"name": spec.name, "collective": spec.collective,
                                                "error": str(e), "verified": False,
                                                "completion_s": None}
                 continue
-            self.progress(f"job {spec.name}: {spec.collective} on {' '.join(vms)}")
-            entry = jobs.run(self.lab, spec.name, spec.config(), vms)
             entry["placement"]["policy"] = policy
+            entry["edge"] = {"pacer": spec.pacer, "cc": spec.cc,
+                             "retransmits": sensed.retransmits, "rtos": sensed.rtos,
+                             "owd_p99_us": sensed.owd_p99_us}
             self.progress(f"job {spec.name}: completion {entry['completion_s']} s, "
                           f"verified {entry['verified']}")
             self.job_entries[spec.name] = entry
@@ -376,6 +386,15 @@ class Session:
             self.cassini_sets.append(cassini.run_set(
                 self.lab, self.sc.cassini, cset, configs, vms, lambda: self.agents_state,
                 self.progress))
+
+    def _two_step(self) -> None:
+        """The ``two_step`` section: its job naive, aware, aware + pacer, and the BBR and
+        CUBIC baselines (``session.two_step``)."""
+        spec = next(j for j in self.sc.jobs if j.name == self.sc.two_step.job)
+        self.two_step, self.pacer_reports = two_step.run(
+            self.lab, self.mesh, spec, self.sc.pacer,
+            lambda policy: self.choose(spec.model_copy(update={"placement": policy})),
+            lambda: self.call(two_step.drops, self.lab), self.progress)
 
     # -- what it shows now -----------------------------------------------------------------
     def links(self) -> list[LinkState]:
@@ -407,7 +426,7 @@ class Session:
                                                    self._agent_cost or {}))
             if self.chrony is not None and "sync" in sections:
                 sections["sync"]["chrony"] = self.chrony.section()
-        if any(s.name not in self.sc.cassini_jobs() for s in self.sc.jobs):
+        if any(s.name not in self.sc.own_turn_jobs() for s in self.sc.jobs):
             sections["jobs"] = [self.job_entries[s.name] for s in self.sc.jobs
                                 if s.name in self.job_entries]
             sections["placement_comparison"] = scoring.placement_comparison(sections["jobs"])
@@ -415,5 +434,10 @@ class Session:
             sections["cassini"] = {"sets": self.cassini_sets,
                                    "score_ranks_gains": cassini.predicted_ranking(
                                        self.cassini_sets)}
+        if self.two_step is not None:
+            sections["two_step"] = self.two_step
+            sections["pacer"] = {**self.sc.pacer.model_dump(),
+                                 "reports": {k: r.model_dump() for k, r in
+                                             self.pacer_reports.items()}}
         return results.document(self.sc, self.source, self.lab, self.capabilities,
                                 self.sampler.summary(), self.placements, **sections)

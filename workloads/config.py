@@ -18,7 +18,7 @@ documentation, "Collective Operations"; nccl-tests, doc/PERFORMANCE.md.
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -41,7 +41,7 @@ DEFAULT_HIDDEN = 256
 IN_FEATURES, OUT_FEATURES, BATCH = 64, 8, 32
 # fields the DDP workload does not use: they must keep their defaults in a ddp job
 NCCL_ONLY = ("dtype", "op", "root", "compute_units", "conns_per_peer", "src_port_base", "dscp",
-             "connect_timeout_s", "schedule")
+             "cc", "connect_timeout_s", "schedule")
 
 
 def ddp_params(hidden: int) -> int:
@@ -94,6 +94,9 @@ class JobConfig(BaseModel):
     dscp: tuple[Annotated[int, Field(ge=0, le=63)], ...] = Field(
         (), description="path hint: DSCP code points 0..63, cycled over connection indices "
         "(default: no marking)")
+    cc: Literal["cubic", "bbr", "reno"] | None = Field(
+        None, description="TCP congestion control of the job's connections (TCP_CONGESTION, "
+        "tcp(7)); null: the VM's default")
     connect_timeout_s: float = Field(10.0, gt=0, le=3600, description="seconds to build the "
                                      "mesh of connections")
     timeout_s: float = Field(60.0, gt=0, le=86400, description="seconds from start to finish; "

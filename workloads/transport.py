@@ -147,6 +147,11 @@ class _Link:
         self.mask = 0
 
 
+def _set_cc(sock: socket.socket, cc: str | None) -> None:
+    if cc is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+
+
 def _set_tos(sock: socket.socket, tos: int | None) -> None:
     if tos is None:
         return
@@ -172,6 +177,8 @@ class Mesh:
             free port, see ``listen``).
         conns_per_peer: TCP connections between each pair of ranks (>= 1).
         hints: path hints (source ports, DSCP); none by default.
+        cc: TCP congestion control of every connection (``TCP_CONGESTION``, tcp(7)); None:
+            the system's default. One the kernel does not offer fails ``connect``.
         job_id: job name; ranks of different jobs refuse each other.
         connect_timeout: seconds ``connect`` may take (s).
         deadline: ``time.monotonic()`` value after which every wait fails with
@@ -185,7 +192,8 @@ class Mesh:
 
     def __init__(self, rank: int, addresses: Sequence[str | tuple[str, int]], *,
                  conns_per_peer: int = 1, hints: PathHints | None = None, job_id: str = "",
-                 connect_timeout: float = 10.0, deadline: float | None = None):
+                 connect_timeout: float = 10.0, deadline: float | None = None,
+                 cc: str | None = None):
         self.addresses = [parse_address(a) if isinstance(a, str) else (a[0], int(a[1]))
                           for a in addresses]
         self.world = len(self.addresses)
@@ -198,6 +206,7 @@ class Mesh:
         self.rank = rank
         self.conns_per_peer = conns_per_peer
         self.hints = hints or PathHints()
+        self.cc = cc
         for p in range(rank):
             self.hints.src_port(rank, p, conns_per_peer - 1, self.world, conns_per_peer)
         self.job_id = job_id
@@ -322,13 +331,16 @@ class Mesh:
             sock = socket.socket(info[0], socket.SOCK_STREAM)
             try:
                 _set_tos(sock, self.hints.tos(conn))
+                _set_cc(sock, self.cc)
                 sport = self.hints.src_port(self.rank, peer, conn, self.world, k)
                 if sport is not None:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                     sock.bind(("::" if info[0] == socket.AF_INET6 else "0.0.0.0", sport))
             except OSError as e:
                 sock.close()
-                out[key][1:3] = [time.monotonic() + _RETRY_S, f"source port: {e}"]
+                out[key][1:3] = [time.monotonic() + _RETRY_S, f"socket options (DSCP, "
+                                                               f"congestion control, source "
+                                                               f"port): {e}"]
                 return
             sock.setblocking(False)
             err = sock.connect_ex(info[4])
@@ -453,6 +465,7 @@ class Mesh:
             return
         try:
             _set_tos(sock, self.hints.tos(got[1]))
+            _set_cc(sock, self.cc)
             sock.sendall(self._hello(got[1]))
         except OSError:
             drop(None)

@@ -147,7 +147,7 @@ def run_worker(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None =
     doc["clock"] = "emulated" if clock.emulated else "system"
     mesh = Mesh(rank, cfg.peers, conns_per_peer=job.conns_per_peer, hints=cfg.hints,
                 job_id=cfg.name, connect_timeout=job.connect_timeout_s,
-                deadline=t_start + job.timeout_s)
+                deadline=t_start + job.timeout_s, cc=job.cc)
     closed = False
     with reported(doc):
         try:

@@ -24,7 +24,7 @@ MOVE_DTYPES = ("float32", "int8", "float64")
 
 
 def run_ranks(world, fn, conns=1, hints=None, deadline_s=20.0, job_ids=None,
-              connect_timeout=10.0):
+              connect_timeout=10.0, cc=None):
     """Run ``fn(mesh)`` on ``world`` connected meshes, one thread each.
 
     Returns ``(results, errors, meshes)`` indexed by rank.
@@ -32,7 +32,7 @@ def run_ranks(world, fn, conns=1, hints=None, deadline_s=20.0, job_ids=None,
     deadline = time.monotonic() + deadline_s
     meshes = [Mesh(r, [("127.0.0.1", 0)] * world, conns_per_peer=conns, hints=hints,
                    job_id=job_ids[r] if job_ids else "t", deadline=deadline,
-                   connect_timeout=connect_timeout) for r in range(world)]
+                   connect_timeout=connect_timeout, cc=cc) for r in range(world)]
     addrs = [m.listen() for m in meshes]
     results: list = [None] * world
     errors: list = [None] * world
@@ -215,6 +215,19 @@ def test_path_hints_set_source_ports_and_dscp():
                 port = base + (hi * world + lo) * conns + c
                 assert (local if r > peer else remote) == port
                 assert tos == (10, 46)[c] << 2
+
+
+@pytest.mark.parametrize("cc", ["reno", "cubic"])
+def test_congestion_control_is_set_on_every_connection(cc):
+    """Both ends of every connection run the job's congestion control (``TCP_CONGESTION``),
+    whatever the system's default is."""
+    def fn(mesh):
+        return {s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0")
+                for peer in range(3) if peer != mesh.rank for s in mesh.sockets(peer)}
+
+    results, errors, _ = run_ranks(3, fn, conns=2, cc=cc)
+    assert errors == [None] * 3
+    assert results == [{cc.encode()}] * 3
 
 
 def test_path_hint_ports_must_fit():

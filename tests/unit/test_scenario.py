@@ -196,3 +196,18 @@ def test_cassini_jobs_leave_the_sequential_turn():
     sc, _ = load("cassini")
     assert sc.cassini_jobs() == {"a", "b", "c", "d", "e"}
     assert sc.cassini.modes == ["fair", "shifted_synced", "shifted_raw"]
+
+
+def test_two_step_names_one_of_the_jobs_and_needs_the_agents(tmp_path):
+    sc, _ = load("two_step")
+    assert sc.own_turn_jobs() == {sc.two_step.job}
+    assert sc.pacer.threshold_us > 0
+    job = "jobs: [{name: a, ranks: 2, collective: all_to_all}]\n"
+    errs = errors_of(write(tmp_path, GOOD + job + "two_step: {job: z}\n"))
+    assert any("'z' is not in jobs" in m for m in errs.values()), errs
+    errs = errors_of(write(tmp_path, GOOD + job + "two_step: {job: a}\n"))
+    assert "needs agents.enabled" in errs["two_step"]
+    errs = errors_of(write(tmp_path, GOOD + "jobs: [{name: a, ranks: 2, pacer: pace}]\n"))
+    assert "needs agents.enabled" in errs["jobs[0].pacer"]
+    errs = errors_of(write(tmp_path, GOOD + "jobs: [{name: a, ranks: 2, cc: vegas}]\n"))
+    assert "'cubic', 'bbr' or 'reno'" in errs["jobs[0].cc"]

@@ -1,0 +1,88 @@
+"""The two-step story of a collective job on shallow fabric buffers: naive VMs, then VMs chosen
+from the agents' collocation groups, then the same VMs with the pacer on; beside them the
+baselines a user would pick instead of the pacer (the aware VMs with BBR, with CUBIC).
+
+Every step runs the same job; the pacers run in its VMs in every step (``sense``: measuring
+only, ``pace``: On-Ramp's hold) so that each step's TCP retransmissions, RTOs and OWD p99
+come from the same sensing. ``fabric_drops`` is the truth: the lab's queue drops on every
+fabric and VM link during the step (tc and interface counters).
+
+The seed's product reports 0.92 (aware) and 0.74 (aware + pacer) of the naive completion on a
+16-host cluster; the scenario prints the ratios measured here beside them.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from lab.errors import LabError
+from lab.observe import link_states
+from session import jobs
+from session.edge import job_edge
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lab.lab import Lab
+    from session.daemons import AgentMesh, PacerSpec
+    from session.scenario import JobSpec
+
+STEPS = (  # name, placement policy, pacer mode, congestion control (None: the job's own)
+    ("naive", "naive", "sense", None),
+    ("aware", "collocation_aware", "sense", None),
+    ("aware_paced", "collocation_aware", "pace", None),
+    ("aware_bbr", "collocation_aware", "sense", "bbr"),
+    ("aware_cubic", "collocation_aware", "sense", "cubic"),
+)
+SEED_RATIOS = {"aware": 0.92, "aware_paced": 0.74}
+"""The seed product's two-step result (fractions of the naive completion)."""
+
+
+def drops(lab: Lab) -> int:
+    """Queue drops so far on every link of the lab, both ends."""
+    return sum(ln.drops for ln in link_states(lab))
+
+
+def run(lab: Lab, mesh: AgentMesh, spec: JobSpec, pacer: PacerSpec,
+        choose: Callable[[str], list[str]], count_drops: Callable[[], int],
+        progress: Callable[[str], None]) -> tuple[dict, dict]:
+    """Run the steps of ``spec``'s job; the results' ``two_step`` section and the paced step's
+    last pacer reports (VM -> ``PacerReport``).
+
+    Args:
+        choose: placement policy -> the job's VMs (``Session.choose``).
+        count_drops: the lab's queue drops so far (``drops``, run on the lab's thread).
+
+    Returns:
+        {"job", "steps": [{name, vms, completion_s, fabric_drops, retransmits, rtos,
+        owd_p99_us, verified, pacer, cc, error}], "ratios": {aware, aware_paced} (fractions
+        of naive's completion; null when a step has none), "seed_ratios"}.
+    """
+    steps, reports = [], {}
+    for name, policy, mode, cc in STEPS:
+        entry = {"name": name, "pacer": mode, "cc": cc or spec.cc, "vms": [], "completion_s": None,
+                 "fabric_drops": None, "retransmits": None, "rtos": None, "owd_p99_us": None,
+                 "verified": False, "error": None}
+        try:
+            vms = choose(policy)
+            entry["vms"] = vms
+            progress(f"two_step {name}: {spec.collective} on {' '.join(vms)}, pacer {mode}"
+                     + (f", {cc}" if cc else ""))
+            before = count_drops()
+            config = spec.config().model_copy(update={"cc": cc} if cc else {})
+            with job_edge(lab, mesh, vms, mode, pacer) as sensed:
+                job = jobs.run(lab, f"{spec.name}_{name}", config, vms)
+            entry.update(completion_s=job["completion_s"], verified=job["verified"],
+                         error=job["error"], fabric_drops=count_drops() - before,
+                         retransmits=sensed.retransmits, rtos=sensed.rtos,
+                         owd_p99_us=sensed.owd_p99_us)
+            if mode == "pace":
+                reports = sensed.reports
+        except (LabError, ValueError) as e:  # the story goes on; the step says what failed
+            entry["error"] = str(e)
+        progress(f"two_step {name}: completion {entry['completion_s']} s, drops "
+                 f"{entry['fabric_drops']}, retransmits {entry['retransmits']}")
+        steps.append(entry)
+    base = steps[0]["completion_s"]
+    ratios = {s["name"]: (round(s["completion_s"] / base, 3) if base and s["completion_s"]
+                          else None) for s in steps if s["name"] in SEED_RATIOS}
+    return ({"job": spec.name, "steps": steps, "ratios": ratios, "seed_ratios": SEED_RATIOS},
+            reports)
