@@ -204,10 +204,11 @@ def test_two_step_names_one_of_the_jobs_and_needs_the_agents(tmp_path):
     assert sc.pacer.threshold_us > 0
     job = "jobs: [{name: a, ranks: 2, collective: all_to_all}]\n"
     errs = errors_of(write(tmp_path, GOOD + job + "two_step: {job: z}\n"))
-    assert any("'z' is not in jobs" in m for m in errs.values()), errs
-    errs = errors_of(write(tmp_path, GOOD + job + "two_step: {job: a}\n"))
-    assert "needs agents.enabled" in errs["two_step"]
-    errs = errors_of(write(tmp_path, GOOD + "jobs: [{name: a, ranks: 2, pacer: pace}]\n"))
-    assert "needs agents.enabled" in errs["jobs[0].pacer"]
-    errs = errors_of(write(tmp_path, GOOD + "jobs: [{name: a, ranks: 2, cc: vegas}]\n"))
-    assert "'cubic', 'bbr' or 'reno'" in errs["jobs[0].cc"]
+    assert errs["two_step.job"] == "no job `z` in jobs"
+    assert "run the pacers" in errs["two_step"]  # and the agents are off: both at once
+    sc, _ = load(write(tmp_path, GOOD + job + "agents: {enabled: true}\ntwo_step: {job: a}\n"))
+    assert sc.own_turn_jobs() == {"a"}
+    errs = errors_of(write(tmp_path, GOOD + "jobs: [{name: a, ranks: 2, pacer: pace}, "
+                                            "{name: b, ranks: 2, cc: vegas}]\n"))
+    assert "synchronized clocks" in errs["jobs[0].pacer"]
+    assert "cubic" in errs["jobs[1].cc"] and "bbr" in errs["jobs[1].cc"], errs
