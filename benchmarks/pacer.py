@@ -33,12 +33,13 @@ def drops(lab) -> dict[str, int]:
     return {f"{ln.a}-{ln.b}": ln.drops for ln in link_states(lab)}
 
 
-def incast(lab, senders, rx, nbytes: int) -> tuple[float, dict[str, int]]:
+def incast(lab, senders, rx, nbytes: int, cc: str | None) -> tuple[float, dict[str, int]]:
     """One round: (completion s, drops per link during it)."""
     bulk = [sys.executable, "-m", "workloads.bulk"]
     srv = [rx.popen(bulk + ["recv", str(5201 + i)]) for i in range(len(senders))]
     d0, t0 = drops(lab), time.monotonic()
-    cl = [s.popen(bulk + ["send", rx.IP(), str(5201 + i), str(nbytes)])
+    cl = [s.popen(bulk + ["send", rx.IP(), str(5201 + i), str(nbytes)]
+                  + (["--cc", cc] if cc else []))
           for i, s in enumerate(senders)]
     assert [c.wait(timeout=120) for c in cl] == [0] * len(cl), "a sender failed"
     t = time.monotonic() - t0
@@ -48,13 +49,14 @@ def incast(lab, senders, rx, nbytes: int) -> tuple[float, dict[str, int]]:
     return t, {k: d1[k] - d0[k] for k in d1 if d1[k] > d0[k]}
 
 
-def run_mode(lab, mesh, senders, rx, mode: str, spec: PacerSpec, rounds: int, nbytes: int):
+def run_mode(lab, mesh, senders, rx, mode: str, spec: PacerSpec, rounds: int, nbytes: int,
+             cc: str | None):
     mesh.start_pacers(senders + [rx], mode, spec)
     time.sleep(3)
     cpu0 = {k: psutil.Process(p.pid).cpu_times() for k, p in mesh.procs.items()
             if k.startswith("pacer-")}
     t0 = time.monotonic()
-    res = [incast(lab, senders, rx, nbytes) for _ in range(rounds)]
+    res = [incast(lab, senders, rx, nbytes, cc) for _ in range(rounds)]
     time.sleep(1.5)
     st = mesh.state()
     wall = time.monotonic() - t0
@@ -84,7 +86,10 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=20.0, help="VM link rate, Mbit/s")
     ap.add_argument("--bytes", type=int, default=1_000_000, help="per sender per round")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threshold-us", type=float, default=500.0)
+    ap.add_argument("--threshold-us", type=float, default=PacerSpec().threshold_us)
+    ap.add_argument("--max-hold-us", type=float, default=PacerSpec().max_hold_us)
+    ap.add_argument("--cc", default=None, help="the senders' TCP congestion control "
+                    "(default: the VMs')")
     args = ap.parse_args()
     setLogLevel("error")
     print(f"{'senders':>7s} {'queue':>5s} {'mode':>5s} {'compl s':>7s} {'drops':>6s} "
@@ -101,10 +106,11 @@ def main() -> None:
                     time.sleep(8)  # clock sync converges
                     senders = [lab[f"vm{i}"] for i in range(1, n + 1)]
                     rx = lab[f"vm{n + 1}"]
-                    spec = PacerSpec(threshold_us=args.threshold_us)
+                    spec = PacerSpec(threshold_us=args.threshold_us,
+                                     max_hold_us=args.max_hold_us)
                     for mode in ("sense", "pace"):
                         r = run_mode(lab, mesh, senders, rx, mode, spec, args.rounds,
-                                     args.bytes)
+                                     args.bytes, args.cc)
                         owd = f"{r['owd_p99_us']:10.0f}" if r["owd_p99_us"] else f"{'-':>10s}"
                         print(f"{n:7d} {q:5d} {mode:>5s} {r['completion_s']:7.3f} "
                               f"{r['drops']:6d} {r['retrans']:7d} {r['rtos']:4d} {owd} "

@@ -7,7 +7,7 @@ here shuts down its side after N bytes and waits for the receiver's close, which
 receiver sends only after reading to EOF.
 
     python -m workloads.bulk recv 5301                    # one connection; JSON when done
-    python -m workloads.bulk send 10.2.1.2 5301 300000 --dscp 2
+    python -m workloads.bulk send 10.2.1.2 5301 300000 --dscp 2 --cc cubic
 
 Both print one JSON object: ``bytes``, ``seconds`` (connect to the receiver's close, on the
 sender; first byte to EOF, on the receiver) and, on the sender, ``retransmits``
@@ -46,9 +46,11 @@ def receive(port: int, timeout_s: float = 60.0) -> dict:
         return {"bytes": n, "seconds": time.perf_counter() - t0 if t0 else 0.0}
 
 
-def send(host: str, port: int, nbytes: int, dscp: int = 0, timeout_s: float = 60.0) -> dict:
+def send(host: str, port: int, nbytes: int, dscp: int = 0, timeout_s: float = 60.0,
+         cc: str | None = None) -> dict:
     """Send ``nbytes`` to a ``receive`` on ``host:port`` with DSCP ``dscp`` (the entropy value
-    of the lab's ``entropy`` fabric); return once the receiver has read them all and closed.
+    of the lab's ``entropy`` fabric) and congestion control ``cc`` (``TCP_CONGESTION``; None:
+    the system's); return once the receiver has read them all and closed.
 
     Returns:
         {"bytes": nbytes, "seconds": connect to the receiver's close, "retransmits": TCP
@@ -60,7 +62,7 @@ def send(host: str, port: int, nbytes: int, dscp: int = 0, timeout_s: float = 60
         OSError: the connection failed; ConnectionError: the receiver closed early.
     """
     t0 = time.perf_counter()
-    with _connect(host, port, timeout_s) as s:
+    with _connect(host, port, timeout_s, cc) as s:
         s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, dscp << 2)
         block = bytes(CHUNK)
         left = nbytes
@@ -74,15 +76,24 @@ def send(host: str, port: int, nbytes: int, dscp: int = 0, timeout_s: float = 60
     return {"bytes": nbytes, "seconds": time.perf_counter() - t0, "retransmits": retrans}
 
 
-def _connect(host: str, port: int, timeout_s: float) -> socket.socket:
+def _connect(host: str, port: int, timeout_s: float, cc: str | None) -> socket.socket:
     deadline = time.monotonic() + timeout_s
     while True:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.settimeout(timeout_s)
         try:
-            return socket.create_connection((host, port), timeout=timeout_s)
+            if cc is not None:  # before connect: the handshake already runs it
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+            s.connect((host, port))
+            return s
         except ConnectionRefusedError:
+            s.close()
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+        except OSError:
+            s.close()
+            raise
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -96,13 +107,15 @@ def main(argv: list[str] | None = None) -> None:
     tx.add_argument("port", type=int)
     tx.add_argument("nbytes", type=int)
     tx.add_argument("--dscp", type=int, default=0, help="DSCP (0-63): the entropy value")
+    tx.add_argument("--cc", help="TCP congestion control, e.g. cubic or bbr (default: the "
+                    "system's)")
     for p in (rx, tx):
         p.add_argument("--timeout", type=float, default=60.0, help="seconds without progress")
     args = ap.parse_args(argv)
     if args.cmd == "recv":
         out = receive(args.port, args.timeout)
     else:
-        out = send(args.host, args.port, args.nbytes, args.dscp, args.timeout)
+        out = send(args.host, args.port, args.nbytes, args.dscp, args.timeout, args.cc)
     print(json.dumps(out), flush=True)
 
 

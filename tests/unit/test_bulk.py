@@ -1,6 +1,9 @@
 """workloads.bulk over loopback: both ends count every byte of the transfer."""
+import errno
 import socket
 import threading
+
+import pytest
 
 from workloads.bulk import receive, send
 
@@ -19,3 +22,10 @@ def test_send_ends_after_the_receiver_has_every_byte():
     rx.join(timeout=10)
     assert got["bytes"] == out["bytes"] == 3_000_001
     assert out["retransmits"] == 0 and out["seconds"] > 0
+
+
+def test_unknown_congestion_control_is_an_error_before_connecting():
+    port = free_port()
+    with pytest.raises(OSError) as exc:  # from TCP_CONGESTION, not a refused connection
+        send("127.0.0.1", port, 10, cc="nosuch", timeout_s=1)
+    assert exc.value.errno == errno.ENOENT
