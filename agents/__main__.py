@@ -177,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="longest single hold, us")
     pc.add_argument("--probe-us", type=_positive, default=500.0,
                     help="OWD probe period per active destination, us")
+    pc.add_argument("--active-s", type=_positive, default=1.0,
+                    help="a destination is probed this long after it last had TCP data in "
+                         "flight, s")
     return p
 
 
@@ -253,7 +256,7 @@ def _pacer(parser: argparse.ArgumentParser, args) -> int:
         cfg = PacerConfig(
             name=args.name, bind=args.bind, ifname=args.ifname, peers=args.peers,
             coordinator=args.coordinator, api=args.api, mode=args.mode, port=args.port,
-            line_mbit=args.line_mbit, probe_s=args.probe_us / 1e6,
+            line_mbit=args.line_mbit, probe_s=args.probe_us / 1e6, active_s=args.active_s,
             gate=GateConfig(threshold_ns=args.threshold_us * 1e3,
                             max_hold_ns=args.max_hold_us * 1e3))
         pacer = Pacer(cfg)

@@ -9,7 +9,9 @@ the coordinator's API (clock offsets of every VM against the reference, ``GET
 Loop:
 
 * every ``sense_s``: established TCP connections (sock_diag) grouped by destination; the
-  destinations that are VMs it knows and have data in flight are *active*;
+  destinations that are VMs it knows and had data in flight within ``active_s`` are
+  *active* (a collective's bursts come every iteration: probing goes on between them, so
+  the gate has samples when the next burst starts);
 * every ``probe_s``: a timestamp probe (UDP, ``port``) to each active destination's pacer; the
   destination stamps its arrival in the kernel (``SO_TIMESTAMPING``), converts it to its VM
   clock and echoes both stamps back. The sender computes the one-way delay on synchronized
@@ -80,6 +82,7 @@ class PacerConfig:
     gate: GateConfig = field(default_factory=GateConfig)
     probe_s: float = 0.0005
     sense_s: float = 0.05
+    active_s: float = 1.0
     report_s: float = 1.0
     poll_s: float = 1.0
     sync_sigma_ns: float | None = None
@@ -88,7 +91,8 @@ class PacerConfig:
     def __post_init__(self):
         if self.mode not in ("sense", "pace"):
             raise ValueError(f"mode must be sense or pace, got {self.mode!r}")
-        for name in ("probe_s", "sense_s", "report_s", "poll_s", "stale_s", "line_mbit"):
+        for name in ("probe_s", "sense_s", "active_s", "report_s", "poll_s", "stale_s",
+                     "line_mbit"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.name in self.peers:
@@ -153,6 +157,7 @@ class Pacer:
         self.diag.bind()
         self.net0 = netstat()
         self.active: set[str] = set()
+        self.busy_at: dict[str, float] = {}
         self.tcp: dict = {}
         self.owd: dict[str, deque] = {}
         self.releases: dict[str, int] = {}
@@ -227,8 +232,11 @@ class Pacer:
     def _sense(self) -> None:
         self.tcp = by_destination(sense(self.diag), exclude_ports={self.cfg.coordinator[1],
                                                                     self.cfg.api[1]})
-        self.active = {self.by_ip[ip] for ip, s in self.tcp.items()
-                       if ip in self.by_ip and s.unacked > 0}
+        now = time.monotonic()
+        for ip, s in self.tcp.items():
+            if ip in self.by_ip and s.unacked > 0:
+                self.busy_at[self.by_ip[ip]] = now
+        self.active = {d for d, t in self.busy_at.items() if now - t <= self.cfg.active_s}
         if self.holder is not None:
             for dst in self.active:
                 self.holder.prepare(self.cfg.peers[dst])

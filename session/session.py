@@ -119,6 +119,7 @@ class Session:
         self.job_entries: dict[str, dict] = {}
         self.cassini_sets: list[dict] = []
         self.two_step: dict | None = None
+        self.two_step_steps: list[dict] = []
         self.pacer_reports: dict = {}
         self.load_entries: list[dict] = []
         self.capabilities: dict = {}
@@ -394,7 +395,7 @@ class Session:
         self.two_step, self.pacer_reports = two_step.run(
             self.lab, self.mesh, spec, self.sc.pacer,
             lambda policy: self.choose(spec.model_copy(update={"placement": policy})),
-            lambda: self.call(two_step.drops, self.lab), self.progress)
+            lambda: self.call(two_step.drops, self.lab), self.progress, self.two_step_steps)
 
     # -- what it shows now -----------------------------------------------------------------
     def links(self) -> list[LinkState]:

@@ -36,6 +36,11 @@ SEED_RATIOS = {"aware": 0.92, "aware_paced": 0.74}
 """The seed product's two-step result (fractions of the naive completion)."""
 
 
+def step_job_name(job: str, step: str) -> str:
+    """The name a step's run of ``job`` has in the timeline (``job_start``/``job_end``)."""
+    return f"{job}_{step}"
+
+
 def drops(lab: Lab) -> int:
     """Queue drops so far on every link of the lab, both ends."""
     return sum(ln.drops for ln in link_states(lab))
@@ -43,20 +48,22 @@ def drops(lab: Lab) -> int:
 
 def run(lab: Lab, mesh: AgentMesh, spec: JobSpec, pacer: PacerSpec,
         choose: Callable[[str], list[str]], count_drops: Callable[[], int],
-        progress: Callable[[str], None]) -> tuple[dict, dict]:
+        progress: Callable[[str], None], steps: list[dict] | None = None) -> tuple[dict, dict]:
     """Run the steps of ``spec``'s job; the results' ``two_step`` section and the paced step's
     last pacer reports (VM -> ``PacerReport``).
 
     Args:
         choose: placement policy -> the job's VMs (``Session.choose``).
         count_drops: the lab's queue drops so far (``drops``, run on the lab's thread).
+        steps: each step's entry is appended here as soon as it is done (a live view).
 
     Returns:
         {"job", "steps": [{name, vms, completion_s, fabric_drops, retransmits, rtos,
         owd_p99_us, verified, pacer, cc, error}], "ratios": {aware, aware_paced} (fractions
         of naive's completion; null when a step has none), "seed_ratios"}.
     """
-    steps, reports = [], {}
+    steps = [] if steps is None else steps
+    reports = {}
     for name, policy, mode, cc in STEPS:
         entry = {"name": name, "pacer": mode, "cc": cc or spec.cc, "vms": [], "completion_s": None,
                  "fabric_drops": None, "retransmits": None, "rtos": None, "owd_p99_us": None,
@@ -69,7 +76,7 @@ def run(lab: Lab, mesh: AgentMesh, spec: JobSpec, pacer: PacerSpec,
             before = count_drops()
             config = spec.config().model_copy(update={"cc": cc} if cc else {})
             with job_edge(lab, mesh, vms, mode, pacer) as sensed:
-                job = jobs.run(lab, f"{spec.name}_{name}", config, vms)
+                job = jobs.run(lab, step_job_name(spec.name, name), config, vms)
             entry.update(completion_s=job["completion_s"], verified=job["verified"],
                          error=job["error"], fabric_drops=count_drops() - before,
                          retransmits=sensed.retransmits, rtos=sensed.rtos,

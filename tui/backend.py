@@ -97,7 +97,8 @@ class GroupView:
 @dataclass
 class JobView:
     """A collective job: ``progress`` 0..1, ``iteration_s`` per-iteration times (s) when
-    known, ``completion_s`` once done, ``verified`` (the result checked out)."""
+    known, ``completion_s`` once done, ``verified`` (the result checked out), ``detail`` (a
+    short line under it, e.g. a two_step step's drops and retransmissions)."""
 
     name: str
     progress: float = 0.0
@@ -105,6 +106,7 @@ class JobView:
     completion_s: float | None = None
     verified: bool | None = None
     error: str | None = None
+    detail: str = ""
 
 
 @dataclass

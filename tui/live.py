@@ -15,7 +15,7 @@ import time
 from lab.errors import LabError
 from lab.events import Event, Fault
 from lab.observe import LinkState, VmState, tier
-from session import scoring
+from session import scoring, two_step
 from session.scenario import load, resolve
 from session.session import Session
 from tui.backend import (
@@ -210,10 +210,30 @@ class LiveBackend:
         started = {e.target for e in s.timeline if e.kind == "job_start"}
         out = []
         for spec in s.sc.jobs:
+            if s.sc.two_step is not None and spec.name == s.sc.two_step.job:
+                out += self._two_step_views(spec.name, started)
+                continue
             e = s.job_entries.get(spec.name)
             if e is None:
                 out.append(JobView(spec.name, 0.5 if spec.name in started else 0.0))
                 continue
             out.append(JobView(spec.name, 1.0, [], e.get("completion_s"), e.get("verified"),
                                e.get("error")))
+        return out
+
+    def _two_step_views(self, job: str, started: set[str]) -> list[JobView]:
+        """One line per two_step step: done (completion, drops, retransmissions), running,
+        or to come."""
+        done = {e["name"]: e for e in list(self.session.two_step_steps)}
+        out = []
+        for step, *_ in two_step.STEPS:
+            e = done.get(step)
+            if e is None:
+                running = two_step.step_job_name(job, step) in started
+                out.append(JobView(f"{job} {step}", 0.5 if running else 0.0))
+                continue
+            out.append(JobView(f"{job} {step}", 1.0, [], e["completion_s"], e["verified"],
+                               e["error"], detail=f"pacer {e['pacer']}, cc {e['cc'] or '-'}: "
+                               f"drops {e['fabric_drops']}, retransmits {e['retransmits']}, "
+                               f"RTOs {e['rtos']}"))
         return out

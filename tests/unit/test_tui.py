@@ -481,3 +481,29 @@ def test_fabric_info_shows_the_mode_and_the_link_bytes():
     view.snap = snap
     assert view._info(lk).plain.startswith("spray [leaf1-spine1]")
     assert " 12.3 MB" in view._info(lk).plain
+
+
+def test_two_step_steps_show_as_they_finish():
+    """The Jobs panel lists the two_step job's steps: done ones with their drops and
+    retransmissions (from the session's live list), the running one, the ones to come."""
+    import types
+
+    from session.scenario import load
+    from tui.live import LiveBackend
+    sc, _ = load("two_step")
+    done = {"name": "naive", "pacer": "sense", "cc": None, "completion_s": 2.3,
+            "verified": True, "error": None, "fabric_drops": 8275, "retransmits": 4927,
+            "rtos": 7}
+    backend = LiveBackend.__new__(LiveBackend)
+    backend.session = types.SimpleNamespace(
+        sc=sc, two_step_steps=[done], job_entries={},
+        timeline=[types.SimpleNamespace(kind="job_start", target="a2a_naive"),
+                  types.SimpleNamespace(kind="job_start", target="a2a_aware")])
+    views = backend._job_views()
+    assert [(v.name, v.progress) for v in views] == [
+        ("a2a naive", 1.0), ("a2a aware", 0.5), ("a2a aware_paced", 0.0),
+        ("a2a aware_bbr", 0.0), ("a2a aware_cubic", 0.0)]
+    snap = Snapshot(jobs=views)
+    text = JobsPanel.render_jobs(snap).plain
+    assert "a2a aware_paced " in text  # the step names are not cut
+    assert "pacer sense, cc -: drops 8275, retransmits 4927, RTOs 7" in text

@@ -35,8 +35,9 @@ class JobsPanel(Static):
             return Text("No jobs in this scenario (jobs run after the fault timeline).",
                         style="italic")
         t = Text()
+        width = min(24, max(10, *(len(j.name) for j in snap.jobs)))
         for j in snap.jobs:
-            t.append(f"{j.name:<10.10} ", "bold")
+            t.append(f"{j.name:<{width}.{width}} ", "bold")
             t.append(bar(j.progress), "green" if j.progress >= 1 else "yellow")
             t.append(f" {j.progress:4.0%} ")
             if j.iteration_s:
@@ -47,6 +48,8 @@ class JobsPanel(Static):
             if j.verified is not None:
                 t.append(" verified ✓" if j.verified else " NOT verified",
                          "green" if j.verified else "bold red")
+            if j.detail:
+                t.append(f"\n   {j.detail}", "dim")
             if j.error:
                 t.append(f"\n   {j.error[:70]}", "red")
             t.append("\n")
