@@ -6,9 +6,11 @@ PYTHON  ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.nslab-installed
-# command -> Debian package that provides it
+# command -> Debian package that provides it (tshark: the tests read captures with the
+# probe format's Wireshark dissector, tools/wireshark/nslab_probe.lua)
 DEB_CMDS := mnexec:mininet ip:iproute2 tc:iproute2 nft:nftables iperf3:iperf3 \
-            tcpdump:tcpdump ifconfig:net-tools ping:iputils-ping ps:procps gcc:gcc make:make
+            tcpdump:tcpdump tshark:tshark ifconfig:net-tools ping:iputils-ping ps:procps \
+            gcc:gcc make:make
 SCENARIO ?= quickstart
 
 .PHONY: setup system-packages vmclock chrony lab test unit integration tui bench clean

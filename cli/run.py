@@ -1,4 +1,5 @@
-"""``nslab run [SCENARIO] [--json PATH]``: run a scenario end to end and print its report."""
+"""``nslab run [SCENARIO] [--json PATH] [--pcap DIR]``: run a scenario end to end and print its
+report."""
 from __future__ import annotations
 
 import json
@@ -19,6 +20,13 @@ def add_parser(sub) -> None:
     p.add_argument("--json", metavar="PATH", help="write the results document "
                    f"({results.SCHEMA}) to PATH ('-' for stdout)")
     p.add_argument("--name", help="lab name (default: the scenario's name)")
+    p.add_argument("--pcap", metavar="DIR", help="record packets with tcpdump into DIR, one "
+                   "pcap per interface (agents' probes: tools/wireshark/nslab_probe.lua)")
+    p.add_argument("--capture", metavar="TARGETS", type=lambda s: [t for t in s.split(",") if t],
+                   help="with --pcap: comma-separated VMs and links a-b to record "
+                   "(e.g. vm1,leaf1-spine1; default: every VM)")
+    p.add_argument("--pcap-filter", metavar="EXPR", help="with --pcap: a tcpdump capture filter, "
+                   "e.g. 'udp port 7701' (the agents' probes)")
     p.add_argument("--check", action="store_true",
                    help="only validate the scenario (no root needed): every problem, one line "
                         "each with its file, line and field; build nothing")
@@ -37,9 +45,15 @@ def main(args) -> int:
         print(f"{resolve(args.scenario)}: valid ({len(topo.hosts())} VMs, "
               f"{len(topo.links())} links, {len(sc.faults)} faults)")
         return 0
+    if (args.capture or args.pcap_filter) and not args.pcap:
+        print("nslab run: --capture and --pcap-filter need --pcap DIR", file=sys.stderr)
+        return 2
     require_root()
     progress = progress_printer(args.quiet)
-    session = Session(sc, topo, str(resolve(args.scenario)), args.name, progress=progress)
+    capture = {"directory": args.pcap, "targets": args.capture,
+               "bpf": args.pcap_filter} if args.pcap else None
+    session = Session(sc, topo, str(resolve(args.scenario)), args.name, capture=capture,
+                      progress=progress)
     session.subscribe(lambda ev: progress(f"{ev.t_s:6.2f} s  {ev.describe()}"))
     doc = session.run()
     if args.json == "-":
@@ -50,4 +64,7 @@ def main(args) -> int:
         if args.json:
             results.write(doc, args.json)
             print(f"  results: {args.json}")
+        if session.capture is not None:
+            for path, n in session.capture.packets.items():
+                print(f"  capture: {path} ({n} packets)")
     return 0 if doc["teardown"]["clean"] else 1

@@ -15,9 +15,10 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Source = Literal["lab", "timeline", "step", "tui"]
+Source = Literal["lab", "timeline", "step", "tui", "test"]
 """Who caused an event: the lab itself (notes, a flap's transitions, jobs, load), the scenario
-timeline at its time, a timeline step played early, or a person in the TUI."""
+timeline at its time, a timeline step played early, a person in the TUI, or a test
+(``nslab_pytest.inject``)."""
 
 
 class _Fault(BaseModel):

@@ -46,6 +46,15 @@ def lab_netns(name: str) -> list[str]:
         return []
 
 
+def alive(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
 def check_link_params(topo: Topo, netem: bool) -> None:
     """Validate every link's emulation parameters against the kernel before building.
 
@@ -239,10 +248,12 @@ class Lab:
 
     # -- teardown --------------------------------------------------------------------------
     def stop(self) -> None:
-        """Tear everything down; afterwards ``leftovers`` lists what survived (normally [])."""
+        """Tear everything down; afterwards ``leftovers`` lists what survived (normally []):
+        namespaces, cgroups, the state directory, node shells still alive, errors."""
         t = time.perf_counter()
         self.faults.stop_all()
         errors = []
+        shells = [n.pid for n in self.net.hosts + self.net.switches] if self.net else []
         if self.net is not None:
             try:
                 self.net.stop()
@@ -259,5 +270,7 @@ class Lab:
                 errors.append(f"cgroups: {e}")
         shutil.rmtree(state_dir(self.name), ignore_errors=True)
         self.leftovers = lab_netns(self.name) + (self.cgroups.exists() if self.cgroups else [])
-        self.leftovers += errors
+        if os.path.exists(state_dir(self.name)):
+            self.leftovers.append(f"state {state_dir(self.name)}")
+        self.leftovers += [f"shell {pid}" for pid in shells if alive(pid)] + errors
         self.teardown_s = time.perf_counter() - t

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.messages import PacerReport
 from lab.capabilities import as_json
+from lab.events import Source
 from lab.links import LINK_KEYS
 
 SCHEMA = "nslab.results/1"
@@ -167,9 +168,6 @@ class Clocks(_Model):
     vms: dict[str, list[Segment]] = Field(description="by VM: its clock segments")
 
 
-FaultSource = Literal["lab", "timeline", "step", "tui"]
-
-
 class FaultEvent(_Model):
     """One entry of the ground-truth timeline: a fault applied, or a note (job_start, load,
     a flap's transitions, ...)."""
@@ -180,10 +178,10 @@ class FaultEvent(_Model):
     target: str = Field(description="a-b for a link, a VM, a job or a flow (src->dst)")
     params: dict[str, Any] = Field(description="the fault's or note's parameters (units in "
                                                "their names: mbit Mbit/s, percent, step_ms)")
-    source: FaultSource = Field("lab", description="who caused it: lab (the lab itself: "
-                                "notes, jobs, load, a flap's transitions), timeline (the "
-                                "scenario at its time), step (a timeline entry played early), "
-                                "tui (a person in the TUI)")
+    source: Source = Field("lab", description="who caused it: lab (the lab itself: notes, "
+                           "jobs, load, a flap's transitions), timeline (the scenario at its "
+                           "time), step (a timeline entry played early), tui (a person in the "
+                           "TUI), test (a test, through nslab_pytest.inject)")
 
 
 class TruthSection(_Model):

@@ -28,6 +28,7 @@ from typing import TypeVar
 from mininet.topo import Topo
 
 from lab.capabilities import probe
+from lab.capture import Capture
 from lab.errors import LabError
 from lab.events import Event, Fault, Source
 from lab.fidelity import FidelitySampler
@@ -97,6 +98,9 @@ class Session:
         source: the scenario file (for the results).
         name: lab name (default: the scenario's).
         run_jobs: run the scenario's jobs after its timeline.
+        capture: record packets while the lab runs: keyword arguments of
+            ``lab.capture.Capture`` (``directory``, ``targets``, ``bpf``); tcpdump starts right
+            after bring-up (before the agents) and stops before teardown (``self.capture``).
         progress: called with short messages during long steps.
 
     ``state``: "created", "starting", "running", "paused" (timeline held), "jobs", "done"
@@ -104,11 +108,12 @@ class Session:
     """
 
     def __init__(self, scenario: Scenario, topo: Topo, source: str = "",
-                 name: str | None = None, run_jobs: bool = True,
+                 name: str | None = None, run_jobs: bool = True, capture: dict | None = None,
                  progress: Callable[[str], None] | None = None):
         self.sc, self.topo, self.source, self.run_jobs = scenario, topo, source, run_jobs
         self.progress = progress or (lambda msg: None)
         self.lab = make_lab(scenario, topo, name, self.progress)
+        self.capture = Capture(self.lab, **capture) if capture else None
         self.state = "created"
         self.error: str | None = None
         self.mesh: AgentMesh | None = None
@@ -180,6 +185,9 @@ class Session:
         self.lab.start()
         self.placements = dict(self.lab.phys)
         self.lab.stamp("lab_up", self.lab.name, bringup_s=round(self.lab.bringup_s, 3))
+        if self.capture is not None:
+            files = self.capture.start()
+            self.progress(f"capturing into {self.capture.dir}: {', '.join(sorted(files))}")
         if self.sc.agents.enabled:
             self.progress(f"starting agents in {len(self.lab.vms)} VMs")
             self.mesh = AgentMesh(self.lab, self.sc.agents)
@@ -261,6 +269,8 @@ class Session:
                 self._agent_cost = self.mesh.cost(self.watcher.latest if self.watcher else None)
                 self.mesh.stop()
         finally:
+            if self.capture is not None:
+                self.capture.stop()
             self.lab.stop()
             self.sampler.stop()
             if self.state != "error":

@@ -95,9 +95,9 @@ def wait_for(mesh, cond, timeout_s: float, what: str):
                 f"{st and st.model_dump_json(include={'windows', 'collocation', 'counters'})}")
 
 
-def test_agents_survive_fuzz_pause_and_link_failure(make_lab):
+def test_agents_survive_fuzz_pause_and_link_failure(nslab_lab):
     topo = LeafSpine(spines=2, leaves=2, vms_per_leaf=2, host_bw=100, vms_per_host=2)
-    lab = make_lab(topo, "it_agents", seed=5, cpu_cores=1.0)
+    lab = nslab_lab(topo, name="it_agents", seed=5, cpu_cores=1.0)
     mesh = AgentMesh(lab, AgentsSpec(enabled=True, rate=20, window_s=2.0))
     mesh.start()
     try:

@@ -38,13 +38,13 @@ def run_pair(lab, shift_s: float) -> tuple[float, list[dict]]:
         return overlap_s(comm_intervals(a), comm_intervals(b)), entries
 
 
-def test_shifted_slots_interleave_two_jobs_on_a_shared_link(make_lab):
+def test_shifted_slots_interleave_two_jobs_on_a_shared_link(nslab_lab):
     # one spine: vm1->vm3 and vm2->vm4 both cross leaf1-spine1 (100 Mbit/s): 1 MB AllReduce
     # on 2 ranks sends 1 MB each way, ~85 ms alone; clocks without offset or drift, so the
     # two jobs' VM timestamps compare directly
     topo = LeafSpine(spines=1, leaves=2, vms_per_leaf=2, host_bw=1000, fabric_bw=100)
-    lab = make_lab(topo, "cas_pair", clocks=ClockConfig(drift_ppm=0, offset_ms=0,
-                                                        wander_ppm=0))
+    lab = nslab_lab(topo, name="cas_pair", clocks=ClockConfig(drift_ppm=0, offset_ms=0,
+                                                              wander_ppm=0))
     aligned, e_aligned = run_pair(lab, 0.0)
     shifted, e_shifted = run_pair(lab, PERIOD_S / 2)
     for e in e_aligned + e_shifted:

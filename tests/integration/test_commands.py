@@ -100,9 +100,9 @@ def test_doctor_says_what_brings_a_missing_qdisc():
                 f"boot a kernel built with CONFIG_NET_SCH_{qdisc.upper()}=y or =m")
 
 
-def test_exec_enters_a_vm_of_a_running_lab(make_lab):
+def test_exec_enters_a_vm_of_a_running_lab(nslab_lab):
     from topo import LeafSpine
-    lab = make_lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=2), "it_exec")
+    lab = nslab_lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=2), name="it_exec")
     r = nslab("exec", "it_exec", "vm2", "--", "sh", "-c",
               "ip -o -4 addr show dev vm2-eth0; echo $NSLAB_CLOCK; cat /proc/self/cgroup")
     assert r.returncode == 0, r.stderr

@@ -19,9 +19,9 @@ def uplink_bytes(lab):
     return {s.b: s.tx_bytes[0] for s in link_states(lab) if s.a == "leaf1"}
 
 
-def test_ethereal_assignment_puts_equal_bytes_on_every_spine(make_lab):
-    lab = make_lab(LeafSpine(spines=4, leaves=2, vms_per_leaf=4, host_bw=200, fabric_bw=200,
-                             host_queue=200, fabric_queue=200), "lb_ether", fabric="entropy")
+def test_ethereal_assignment_puts_equal_bytes_on_every_spine(nslab_lab):
+    lab = nslab_lab(LeafSpine(spines=4, leaves=2, vms_per_leaf=4, host_bw=200, fabric_bw=200,
+                              host_queue=200, fabric_queue=200), name="lb_ether", fabric="entropy")
     src, dsts = lab["vm1"], [lab["vm5"], lab["vm6"], lab["vm7"]]
     out = src.cmd(f"{sys.executable} -m workloads.lb.paths {dsts[0].IP()} --dscp 1 2 3 4 "
                   "--timeout 0.5")

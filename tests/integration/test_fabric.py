@@ -44,15 +44,15 @@ def assert_binomial(delta, spines):
             assert got < 0.001 * total, delta
 
 
-def test_spray_spreads_one_flow_over_every_spine_and_around_a_down_link(make_lab):
-    lab = make_lab(topo(), "lb_spray", fabric="spray")
+def test_spray_spreads_one_flow_over_every_spine_and_around_a_down_link(nslab_lab):
+    lab = nslab_lab(topo(), name="lb_spray", fabric="spray")
     assert_binomial(flow_bytes(lab), {f"spine{k}" for k in range(1, SPINES + 1)})
     lab.faults.link_down("leaf1", "spine2")
     assert_binomial(flow_bytes(lab), {"spine1", "spine3", "spine4"})
 
 
-def test_entropy_pins_a_flow_to_the_spine_its_dscp_names(make_lab):
-    lab = make_lab(topo(), "lb_entropy", fabric="entropy")
+def test_entropy_pins_a_flow_to_the_spine_its_dscp_names(nslab_lab):
+    lab = nslab_lab(topo(), name="lb_entropy", fabric="entropy")
     chosen = {}
     for k in range(1, SPINES + 1):
         delta = flow_bytes(lab, "-S", str(k << 2))  # IP_TOS = DSCP << 2

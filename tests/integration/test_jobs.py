@@ -11,8 +11,8 @@ COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatte
                "scatter", "all_to_all")
 
 
-def test_every_collective_verifies_in_a_lab(make_lab):
-    lab = make_lab(LeafSpine(spines=2, leaves=2, vms_per_leaf=2, host_bw=200), "it_coll")
+def test_every_collective_verifies_in_a_lab(nslab_lab):
+    lab = nslab_lab(LeafSpine(spines=2, leaves=2, vms_per_leaf=2, host_bw=200), name="it_coll")
     vms = ["vm1", "vm2", "vm3"]  # two leaves, ECMP between them
     for i, collective in enumerate(COLLECTIVES):
         nbytes = 4 * 1001 if i % 2 else 4 * 7  # counts not divisible by 3 ranks
@@ -23,17 +23,17 @@ def test_every_collective_verifies_in_a_lab(make_lab):
         assert e["completion_s"] > 0
 
 
-def test_pytorch_ddp_trains_across_vms(make_lab):
-    lab = make_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1, host_bw=100), "it_ddp")
+def test_pytorch_ddp_trains_across_vms(nslab_lab):
+    lab = nslab_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1, host_bw=100), name="it_ddp")
     cfg = JobConfig(collective=jobs.DDP, iterations=3, warmup=1, timeout_s=60)
     e = jobs.run(lab, "ddp", cfg, ["vm1", "vm2"])
     assert e["error"] is None and e["verified"] is True, e
     assert e["iteration_s"]["p50"] > 0 and e["bytes"] > 100_000  # gradients AllReduced
 
 
-def test_noisy_neighbour_slows_the_job(make_lab):
+def test_noisy_neighbour_slows_the_job(nslab_lab):
     topo = LeafSpine(spines=1, leaves=1, vms_per_leaf=4, vms_per_host=2)
-    lab = make_lab(topo, "it_jobcpu", cpu_cores=0.5)
+    lab = nslab_lab(topo, name="it_jobcpu", cpu_cores=0.5)
     vms = ["vm1", "vm3"]  # one rank on each host; vm2 shares vm1's host
     cfg = JobConfig(collective="all_reduce", bytes=4096, iterations=4, warmup=1,
                     compute_units=150, timeout_s=60)
@@ -45,8 +45,8 @@ def test_noisy_neighbour_slows_the_job(make_lab):
     assert noisy["completion_s"] > 1.3 * quiet["completion_s"], (quiet, noisy)
 
 
-def test_link_down_mid_job_recovers_or_fails_clearly(make_lab):
-    lab = make_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1, host_bw=100), "it_jobfail")
+def test_link_down_mid_job_recovers_or_fails_clearly(nslab_lab):
+    lab = nslab_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1, host_bw=100), name="it_jobfail")
     out = {}
 
     def job():

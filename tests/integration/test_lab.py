@@ -6,15 +6,15 @@ from mininet.topo import SingleSwitchTopo
 from topo import LeafSpine
 
 
-def test_all_pairs_reach_each_other(make_lab):
-    lab = make_lab(LeafSpine(spines=2, leaves=2, vms_per_leaf=2), "it_reach")
+def test_all_pairs_reach_each_other(nslab_lab):
+    lab = nslab_lab(LeafSpine(spines=2, leaves=2, vms_per_leaf=2), name="it_reach")
     assert lab.pingAll() == 0.0
     routes = lab["leaf1"].cmd("ip route show 10.2.0.0/16")
     assert routes.count("nexthop via") == 2  # ECMP over both spines
 
 
-def test_namespaces_are_named_with_the_lab_prefix(make_lab):
-    lab = make_lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=2), "it_names")
+def test_namespaces_are_named_with_the_lab_prefix(nslab_lab):
+    lab = nslab_lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=2), name="it_names")
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     for node in ("vm1", "vm2", "leaf1", "spine1"):
         assert f"nslab-it_names-{node}" in names
@@ -25,24 +25,24 @@ def test_namespaces_are_named_with_the_lab_prefix(make_lab):
     assert "default via 10.1.1.1" in lab["vm1"].cmd("ip route")
 
 
-def test_two_labs_side_by_side_do_not_interfere(make_lab):
-    a = make_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1), "it_a")
-    b = make_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1), "it_b")
+def test_two_labs_side_by_side_do_not_interfere(nslab_lab):
+    a = nslab_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1), name="it_a")
+    b = nslab_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1), name="it_b")
     assert a.pingAll() == 0.0 and b.pingAll() == 0.0
     a.faults.link_down("leaf1", "spine1")
     assert "100% packet loss" in a["vm1"].cmd("ping -c1 -W1 10.2.1.2")
     assert " 0% packet loss" in b["vm1"].cmd("ping -c1 -W1 10.2.1.2")
 
 
-def test_plain_mininet_topology_runs_on_bridges(make_lab):
-    lab = make_lab(SingleSwitchTopo(k=3), "it_plain")
+def test_plain_mininet_topology_runs_on_bridges(nslab_lab):
+    lab = nslab_lab(SingleSwitchTopo(k=3), name="it_plain")
     assert lab.pingAll() == 0.0
     assert "br0" in lab["s1"].cmd("ip -o link show type bridge")
 
 
-def test_three_tier_fabric_with_pods(make_lab):
-    lab = make_lab(LeafSpine(spines=2, leaves=2, vms_per_leaf=1, pods=2, superspines=2),
-                   "it_pods")
+def test_three_tier_fabric_with_pods(nslab_lab):
+    lab = nslab_lab(LeafSpine(spines=2, leaves=2, vms_per_leaf=1, pods=2, superspines=2),
+                    name="it_pods")
     assert lab.pingAll() == 0.0
     # vm1 (pod 1) -> vm4 (pod 2): leaf, spine, super-spine, spine, leaf = 5 router hops
     assert "ttl=59" in lab["vm1"].cmd("ping -c1 -W1 10.4.1.2")

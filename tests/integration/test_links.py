@@ -15,8 +15,8 @@ def mbit(doc):
     return doc["end"]["sum_received"]["bits_per_second"] / 1e6
 
 
-def test_rate_is_enforced_and_changes_at_run_time(make_lab):
-    lab = make_lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=2, host_bw=100), "it_rate")
+def test_rate_is_enforced_and_changes_at_run_time(nslab_lab):
+    lab = nslab_lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=2, host_bw=100), name="it_rate")
     vm1, vm2 = lab["vm1"], lab["vm2"]
     # TCP goodput; HTB counts Ethernet headers, so 1448/1514 = 95.6 % is the ceiling
     rate = mbit(iperf3(vm1, vm2, "-t", "4", "-O", "1"))
@@ -27,9 +27,9 @@ def test_rate_is_enforced_and_changes_at_run_time(make_lab):
     assert lab.timeline[-1].kind == "rate"
 
 
-def test_queue_limit_drops_under_overload(make_lab):
-    lab = make_lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=2, host_bw=20, host_queue=10),
-                   "it_queue")
+def test_queue_limit_drops_under_overload(nslab_lab):
+    lab = nslab_lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=2, host_bw=20, host_queue=10),
+                    name="it_queue")
     vm1 = lab["vm1"]
     intf = vm1.intf("vm1-eth0")
     # the guest owns its vNIC: the VM -> leaf direction is emulated on an IFB at the leaf
@@ -47,8 +47,8 @@ def test_queue_limit_drops_under_overload(make_lab):
     assert 0.85 * 20 <= mbit(iperf3(vm1, lab["vm2"], "-t", "2")) <= 21
 
 
-def test_loss_rate_within_binomial_tolerance(make_lab):
-    lab = make_lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=2), "it_loss")
+def test_loss_rate_within_binomial_tolerance(nslab_lab):
+    lab = nslab_lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=2), name="it_loss")
     p = 0.10
     # neighbours resolved first: a lost ARP exchange stalls the sender (seen: 150 of 4000
     # delivered, then a silence the receiver took for the end)
@@ -80,8 +80,8 @@ def spread(lab, flows=16):
     return {k: v / total for k, v in delta.items()}
 
 
-def test_ecmp_spreads_flows_and_reroutes_around_a_down_link(make_lab):
-    lab = make_lab(LeafSpine(spines=2, leaves=2, vms_per_leaf=1, fabric_bw=200), "it_ecmp")
+def test_ecmp_spreads_flows_and_reroutes_around_a_down_link(nslab_lab):
+    lab = nslab_lab(LeafSpine(spines=2, leaves=2, vms_per_leaf=1, fabric_bw=200), name="it_ecmp")
     shares = spread(lab)
     assert all(share > 0.1 for share in shares.values()), shares
     lab.faults.link_down("leaf1", "spine1")
@@ -104,9 +104,9 @@ def test_netem_parameters_need_netem():
         assert float(rtt) >= 4 * 5
 
 
-def test_flap_takes_the_link_down_and_up_repeatedly(make_lab):
+def test_flap_takes_the_link_down_and_up_repeatedly(nslab_lab):
     import time
-    lab = make_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1), "it_flap")
+    lab = nslab_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1), name="it_flap")
     lab.faults.flap("leaf1", "spine1", down_s=0.3, up_s=0.3, count=2)
     time.sleep(0.1)
     assert "100% packet loss" in lab["vm1"].cmd("ping -c1 -W1 10.2.1.2")

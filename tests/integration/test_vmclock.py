@@ -69,11 +69,11 @@ def check_readers(lab, clockread) -> float:
     return spec.offset_at(a)
 
 
-def test_programs_in_a_vm_read_and_discipline_the_vm_clock(make_lab, clockread):
+def test_programs_in_a_vm_read_and_discipline_the_vm_clock(nslab_lab, clockread):
     topo = LeafSpine(spines=1, leaves=1, vms_per_leaf=2, vms_per_host=1)
-    lab = make_lab(topo, "clk_vm", clocks=ClockConfig(vm_offset_ms={"vm1": 7.0},
-                                                        host_drift_ppm={"phys1": 40.0},
-                                                        wander_ppm=0.0))
+    lab = nslab_lab(topo, name="clk_vm", clocks=ClockConfig(vm_offset_ms={"vm1": 7.0},
+                                                            host_drift_ppm={"phys1": 40.0},
+                                                            wander_ppm=0.0))
     vm1, vm2 = lab["vm1"], lab["vm2"]
     # the VM lost CAP_SYS_TIME (and the others) before anything below touches a clock
     status = vm1.cmd("cat /proc/self/status")

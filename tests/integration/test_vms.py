@@ -9,10 +9,10 @@ from topo import LeafSpine
 PLACEMENT = {"vm1": "phys1", "vm2": "phys1", "vm3": "phys2"}
 
 
-def three_vms(make_lab, name, **kw):
+def three_vms(nslab_lab, name, **kw):
     topo = LeafSpine(spines=1, leaves=1, vms_per_leaf=3, vms_per_host=2, placement="explicit",
                      explicit=PLACEMENT)
-    return make_lab(topo, name, **kw)
+    return nslab_lab(topo, name=name, **kw)
 
 
 LOOP = "python3 -c 'import time; t = time.perf_counter(); sum(range(8_000_000)); " \
@@ -23,8 +23,8 @@ def loop_s(vm) -> float:
     return float(vm.cmd(LOOP).strip().splitlines()[-1])
 
 
-def test_noisy_neighbour_slows_a_vm_on_the_same_host_only(make_lab):
-    lab = three_vms(make_lab, "it_cpu", cpu_cores=0.5)
+def test_noisy_neighbour_slows_a_vm_on_the_same_host_only(nslab_lab):
+    lab = three_vms(nslab_lab, "it_cpu", cpu_cores=0.5)
     # three rounds of idle then busy, the least of each: a round lands on a random phase of
     # the CFS quota period (100 ms), and other work on the machine hits the idle and busy
     # runs of one round alike. Seen
@@ -63,8 +63,8 @@ def rate_ppm(vm, wait_s=1.0):
     return ((v2 - v1) / (t2 - t1) - 1) * 1e6
 
 
-def test_clock_reads_agree_with_the_published_truth(make_lab):
-    lab = three_vms(make_lab, "it_clock")
+def test_clock_reads_agree_with_the_published_truth(nslab_lab):
+    lab = three_vms(nslab_lab, "it_clock")
     spec = lab.clocks.specs["vm1"]
     for _ in range(2):  # two processes of the same VM
         t, v, now, t_after = read_clock(lab["vm1"])
@@ -73,8 +73,8 @@ def test_clock_reads_agree_with_the_published_truth(make_lab):
     assert abs(spec.offset_at(t)) > 0  # an offset was injected
 
 
-def test_same_host_same_frequency_other_host_differs(make_lab):
-    lab = three_vms(make_lab, "it_freq")
+def test_same_host_same_frequency_other_host_differs(nslab_lab):
+    lab = three_vms(nslab_lab, "it_freq")
     y1, y2, y3 = (rate_ppm(lab[vm]) for vm in ("vm1", "vm2", "vm3"))
     truth = lab.clocks.truth()["oscillators"]
     assert abs(truth["phys1"]["base_ppm"] - truth["phys2"]["base_ppm"]) > 1
@@ -83,8 +83,8 @@ def test_same_host_same_frequency_other_host_differs(make_lab):
     assert abs(y1 - truth["phys1"]["base_ppm"]) < 0.25  # base drift + bounded wander
 
 
-def test_clock_step_and_migration(make_lab):
-    lab = three_vms(make_lab, "it_step")
+def test_clock_step_and_migration(nslab_lab):
+    lab = three_vms(nslab_lab, "it_step")
     t, v, *_ = read_clock(lab["vm3"])
     before = v - t
     lab.faults.clock_step("vm3", 5.0)
@@ -97,8 +97,8 @@ def test_clock_step_and_migration(make_lab):
     assert [e.kind for e in lab.timeline] == ["clock_step", "migrate"]
 
 
-def test_pause_freezes_processes_and_silences_the_vm(make_lab):
-    lab = three_vms(make_lab, "it_pause")
+def test_pause_freezes_processes_and_silences_the_vm(nslab_lab):
+    lab = three_vms(nslab_lab, "it_pause")
     counter = lab["vm2"].popen(["sh", "-c", "i=0; while :; do i=$((i+1)); "
                                             "echo $i > /tmp/nslab_it_pause; "
                                             "sleep 0.05; done"])

@@ -34,3 +34,8 @@ def test_help_lists_commands(capsys):
     out = capsys.readouterr().out
     for cmd in ("run", "up", "exec", "doctor", "clean"):
         assert cmd in out
+
+
+def test_capture_options_need_pcap(capsys):
+    assert main(["run", "quickstart", "--capture", "vm1"]) == 2
+    assert "--capture and --pcap-filter need --pcap DIR" in capsys.readouterr().err

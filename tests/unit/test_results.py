@@ -188,7 +188,7 @@ def test_schema_has_every_section():
                  "Teardown"):
         assert name in defs
     assert defs["FaultEvent"]["properties"]["source"]["enum"] == ["lab", "timeline", "step",
-                                                                  "tui"]
+                                                                  "tui", "test"]
     json.dumps(schema)
 
 

@@ -1,0 +1,164 @@
+"""The pytest plugin (``nslab_pytest``) as its users run it: test files outside the package, in
+a pytester directory, run by pytest subprocesses that load the plugin through its entry point
+and build real labs: the README's example, a failing test that keeps its logs and pcap (read
+back with scapy and with the Wireshark dissector), xdist workers side by side, and Ctrl-C."""
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from scapy.all import UDP, bind_layers, rdpcap
+
+from agents.probe import NslabProbe, node_id
+from lab.capabilities import probe
+from lab.lab import alive, lab_netns
+from lab.names import check_lab_name
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+LUA = Path(__file__).resolve().parents[2] / "tools" / "wireshark" / "nslab_probe.lua"
+AGENT_PORT = 7701
+
+
+def readme_example() -> dict[str, str]:
+    """The README's plugin example: ``{file name: source}`` from the section's python blocks,
+    each opening with ``# <file name>``."""
+    text = README.read_text()
+    section = text.split("## Testing your own agents (pytest plugin)")[1].split("\n## ")[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    return {re.match(r"# (\S+\.py)", b).group(1).rstrip(":"): b for b in blocks}
+
+
+FAILING = """
+from nslab_pytest import spawn, wait_agents
+from topo import LeafSpine
+
+
+def test_keeps_what_it_saw(nslab_lab):
+    lab = nslab_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1), pcap=["vm1"],
+                    pcap_filter="udp port 7701", agents={"rate": 50, "window_s": 1})
+    spawn(lab, ["vm2"], ["sh", "-c", "echo kept-marker; sleep 30"], name="marker")[
+        "vm2"].wait_for("kept-marker", timeout_s=10)
+    wait_agents(lab, lambda state: state.windows >= 1, timeout_s=30)
+    assert False, "deliberate"
+"""
+
+NEEDS_NETEM = """
+import pytest
+
+
+@pytest.mark.nslab(needs=["netem"])
+def test_needs_netem():
+    pass
+"""
+
+
+def probes(pcap: Path) -> list:
+    bind_layers(UDP, NslabProbe, dport=AGENT_PORT)
+    return [p[NslabProbe] for p in rdpcap(str(pcap)) if NslabProbe in p]
+
+
+def test_users_tests_run_fail_and_keep_their_labs(pytester):
+    for name, source in readme_example().items():
+        pytester.path.joinpath(name).write_text(source)
+    pytester.makepyfile(test_fails=FAILING, test_needs=NEEDS_NETEM)
+    r = pytester.runpytest_subprocess("-rs", timeout=180)
+    netem = probe()["netem"].ok
+    r.assert_outcomes(passed=2 + netem, failed=1, skipped=1 - netem)
+    if not netem:
+        r.stdout.fnmatch_lines(["*SKIPPED*nslab: this machine lacks netem*link delay*"])
+    # the failing test's labs are kept, and said where in its report and in the summary
+    kept = pytester.path / "nslab-artifacts" / "test_fails.py_test_keeps_what_it_saw"
+    r.stdout.fnmatch_lines([f"*kept in {kept}*", "*nslab: failing tests' labs kept*",
+                            str(kept)])
+    (labdir,) = kept.iterdir()
+    assert check_lab_name(labdir.name) and lab_netns(labdir.name) == []
+    assert (labdir / "marker-vm2.log").read_text() == "kept-marker\n"
+    truth = json.loads((labdir / "truth.json").read_text())
+    assert set(truth["placements"]) == {"vm1", "vm2"}
+    assert (labdir / "logs" / "agent-vm1.log").exists()
+    # its capture: the agents' probes between vm1 and vm2, dissected by the scapy layer ...
+    pcap = labdir / "pcap" / "vm1.pcap"
+    seen = probes(pcap)
+    assert {(p.src, p.dst) for p in seen} == {(node_id("vm1"), node_id("vm2")),
+                                               (node_id("vm2"), node_id("vm1"))}
+    assert all(p.magic == 0x4E53 and p.version == 1 and p.idx in (0, 1) for p in seen)
+    # ... and by the Wireshark dissector shipped in tools/, field for field
+    out = subprocess.run(["tshark", "-X", f"lua_script:{LUA}", "-r", str(pcap), "-Y", "nslab",
+                          "-T", "fields", "-E", "separator=,", "-e", "nslab.src", "-e",
+                          "nslab.seq", "-e", "nslab.pair_id", "-e", "nslab.idx", "-e",
+                          "nslab.tx_ns", "-e", "nslab.flags.followup", "-e", "nslab.fu_tx1_ns"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split(",") for line in out.stdout.splitlines()]
+    assert rows == [[f"0x{p.src:08x}", str(p.seq), str(p.pair_id), str(p.idx), str(p.tx_ns),
+                     str(int(bool(p.flags.FOLLOWUP))), str(p.fu_tx1_ns)] for p in seen]
+
+
+PARALLEL = """
+import os
+import time
+from pathlib import Path
+
+from topo import LeafSpine
+
+SYNC = Path(__file__).parent / "names"
+
+
+def test_side_by_side(nslab_lab):
+    lab = nslab_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1))
+    SYNC.mkdir(exist_ok=True)
+    (SYNC / os.environ["PYTEST_XDIST_WORKER"]).write_text(lab.name)
+    deadline = time.monotonic() + 60
+    while len(list(SYNC.iterdir())) < 2:  # both workers' labs are up at once
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert lab.pingAll() == 0.0
+"""
+
+
+def test_xdist_workers_build_labs_side_by_side(pytester):
+    pytester.makepyfile(test_parallel=PARALLEL)
+    r = pytester.runpytest_subprocess("-n", "2", "--dist", "each", timeout=180)
+    r.assert_outcomes(passed=2)
+    names = [p.read_text() for p in (pytester.path / "names").iterdir()]
+    assert len(set(names)) == 2 and all(check_lab_name(n) for n in names)
+    assert all(lab_netns(n) == [] for n in names)
+
+
+INTERRUPTED = """
+import os
+import time
+from pathlib import Path
+
+from nslab_pytest import spawn
+from topo import LeafSpine
+
+
+def test_interrupted(nslab_lab):
+    lab = nslab_lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=2))
+    proc = spawn(lab, ["vm1"], ["sleep", "60"])["vm1"]
+    Path("up").write_text(f"{lab.name} {proc.popen.pid}")
+    time.sleep(60)
+"""
+
+
+def test_ctrl_c_tears_the_lab_down(pytester):
+    pytester.makepyfile(test_int=INTERRUPTED)
+    proc = pytester.popen([sys.executable, "-m", "pytest", "-q", "test_int.py"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          stdin=subprocess.DEVNULL)
+    up = pytester.path / "up"
+    deadline = time.monotonic() + 60
+    while not up.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out = proc.communicate(timeout=60)[0].decode()
+    name, pid = up.read_text().split()
+    assert proc.returncode == 2, out  # pytest: interrupted
+    assert "KeyboardInterrupt" in out
+    assert lab_netns(name) == [] and not alive(int(pid))
+    assert (pytester.path / "nslab-artifacts" / "test_int.py_test_interrupted" / name).is_dir()
