@@ -19,9 +19,9 @@ def wait_synced(mesh, vms, timeout_s=40.0):
     raise AssertionError(f"pacers never synced: {st.pacers if st else None}")
 
 
-def test_pacer_senses_tcp_and_holds_nothing_below_threshold(make_lab):
-    lab = make_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1, host_bw=100, host_queue=30),
-                   "pace_idle")
+def test_pacer_senses_tcp_and_holds_nothing_below_threshold(nslab_lab):
+    lab = nslab_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1, host_bw=100, host_queue=30),
+                    name="pace_idle")
     mesh = AgentMesh(lab, AgentsSpec(enabled=True))
     mesh.start()
     try:
