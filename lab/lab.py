@@ -55,6 +55,15 @@ def alive(pid: int) -> bool:
         return False
 
 
+def survivors(pids: list[int], timeout_s: float = 1.0) -> list[int]:
+    """The processes of ``pids`` still alive after up to ``timeout_s`` s (signals are
+    delivered at once, exits take a moment)."""
+    deadline = time.monotonic() + timeout_s
+    while (left := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return left
+
+
 def check_link_params(topo: Topo, netem: bool) -> None:
     """Validate every link's emulation parameters against the kernel before building.
 
@@ -272,5 +281,5 @@ class Lab:
         self.leftovers = lab_netns(self.name) + (self.cgroups.exists() if self.cgroups else [])
         if os.path.exists(state_dir(self.name)):
             self.leftovers.append(f"state {state_dir(self.name)}")
-        self.leftovers += [f"shell {pid}" for pid in shells if alive(pid)] + errors
+        self.leftovers += [f"shell {pid}" for pid in survivors(shells)] + errors
         self.teardown_s = time.perf_counter() - t
