@@ -132,7 +132,8 @@ class LabRun:
             self.lab = Lab(source, name=self.name, **options)
             self.capture = Capture(self.lab, **capture) if capture else None
             spec = dict(agents) if isinstance(agents, Mapping) else {}
-            self.agents = AgentsSpec.model_validate({**spec, "enabled": bool(agents)})
+            self.agents = AgentsSpec.model_validate(
+                {**spec, "enabled": agents is True or isinstance(agents, Mapping)})
         else:
             if agents is not None:
                 raise TypeError("agents: a scenario's own 'agents:' section says whether its "
