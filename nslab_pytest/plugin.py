@@ -12,6 +12,7 @@ agents").
   ``truth.json``, the pcaps) in ``--nslab-artifacts DIR`` (default ``nslab-artifacts`` in the
   rootdir) under the test's id; the failure report and the summary name it (and JUnit XML, as
   the property ``nslab_artifacts``).
+* ``--nslab-pcap``: every lab captures its VMs unless the test passes ``pcap``.
 * Lab names are unique per process and run (``nslab_pytest.names``), so pytest-xdist workers
   never clash.
 """
@@ -28,10 +29,13 @@ _KEEP = pytest.StashKey()  # where a failing test's labs are kept
 
 
 def pytest_addoption(parser) -> None:
-    parser.getgroup("nslab").addoption(
-        "--nslab-artifacts", metavar="DIR", default=None,
-        help="where a failing test keeps its nslab labs' logs, truth and captures (default: "
-             "nslab-artifacts in the rootdir)")
+    group = parser.getgroup("nslab")
+    group.addoption("--nslab-artifacts", metavar="DIR", default=None,
+                    help="where a failing test keeps its nslab labs' logs, truth and captures "
+                         "(default: nslab-artifacts in the rootdir)")
+    group.addoption("--nslab-pcap", action="store_true",
+                    help="capture every VM of every lab whose test did not choose (the "
+                         "fixture's pcap=True), kept when the test fails")
 
 
 def pytest_configure(config) -> None:
@@ -98,6 +102,8 @@ def nslab_lab(request, tmp_path):
 
     def make(source, **options):
         request.node.stash[_KEEP] = keep_dir(request.node)
+        if request.config.getoption("nslab_pcap"):
+            options.setdefault("pcap", True)
         run = LabRun(source, str(tmp_path / "nslab"), **options)
         lab = run.start()  # a failed start has torn down what it built
         runs.append(run)

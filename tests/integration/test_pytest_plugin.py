@@ -37,7 +37,7 @@ from topo import LeafSpine
 
 
 def test_keeps_what_it_saw(nslab_lab):
-    lab = nslab_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1), pcap=["vm1"],
+    lab = nslab_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1),  # --nslab-pcap: every VM
                     pcap_filter="udp port 7701", agents={"rate": 50, "window_s": 1})
     spawn(lab, ["vm2"], ["sh", "-c", "echo kept-marker; sleep 30"], name="marker")[
         "vm2"].wait_for("kept-marker", timeout_s=10)
@@ -64,7 +64,7 @@ def test_users_tests_run_fail_and_keep_their_labs(pytester):
     for name, source in readme_example().items():
         pytester.path.joinpath(name).write_text(source)
     pytester.makepyfile(test_fails=FAILING, test_needs=NEEDS_NETEM)
-    r = pytester.runpytest_subprocess("-rs", timeout=180)
+    r = pytester.runpytest_subprocess("-rs", "--nslab-pcap", timeout=180)
     netem = probe()["netem"].ok
     r.assert_outcomes(passed=2 + netem, failed=1, skipped=1 - netem)
     if not netem:
@@ -79,6 +79,7 @@ def test_users_tests_run_fail_and_keep_their_labs(pytester):
     truth = json.loads((labdir / "truth.json").read_text())
     assert set(truth["placements"]) == {"vm1", "vm2"}
     assert (labdir / "logs" / "agent-vm1.log").exists()
+    assert (labdir / "pcap" / "vm2.pcap").exists()
     # its capture: the agents' probes between vm1 and vm2, dissected by the scapy layer ...
     pcap = labdir / "pcap" / "vm1.pcap"
     seen = probes(pcap)
