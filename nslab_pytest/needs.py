@@ -17,7 +17,8 @@ ROOT_REASON = "nslab: needs root (network namespaces, tc, cgroups): run pytest w
 
 def skip_reason(needs: Iterable[str], root: bool,
                 probe: Callable[[], Mapping[str, Capability]]) -> str | None:
-    """Why a test marked ``nslab(needs=...)`` cannot run here, or None when it can.
+    """Why a test marked ``nslab(needs=...)`` cannot run here (each missing capability with
+    what it disables and its fix, as ``nslab doctor`` says), or None when it can.
 
     Args:
         needs: capability names.
@@ -38,4 +39,5 @@ def skip_reason(needs: Iterable[str], root: bool,
     if not missing:
         return None
     return "nslab: this machine lacks " + "; ".join(
-        f"{c.name} ({c.detail}), needed for {c.disables}" for c in missing)
+        f"{c.name} ({c.detail}), needed for {c.disables}" + (f"; fix: {c.fix}" if c.fix else "")
+        for c in missing)

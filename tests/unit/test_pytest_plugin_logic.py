@@ -28,7 +28,7 @@ def test_lab_names_are_valid_short_and_distinct():
 
 
 CAPS = {"netem": Capability("netem", False, "'tc qdisc add ... netem' fails: no such file",
-                            "link delay, jitter and reorder"),
+                            "link delay, jitter and reorder", "modprobe sch_netem"),
         "tcpdump": Capability("tcpdump", True, "/usr/bin/tcpdump", "packet captures")}
 
 
@@ -43,7 +43,7 @@ def test_marker_names_the_missing_capability_and_what_it_disables():
     assert skip_reason([], root=True, probe=lambda: CAPS) is None
     assert skip_reason(["tcpdump", "netem"], root=True, probe=lambda: CAPS) == (
         "nslab: this machine lacks netem ('tc qdisc add ... netem' fails: no such file), "
-        "needed for link delay, jitter and reorder")
+        "needed for link delay, jitter and reorder; fix: modprobe sch_netem")
     with pytest.raises(ValueError, match=r"unknown capabilities \['netme'\]; known: netem, "):
         skip_reason(["netme"], root=True, probe=lambda: CAPS)
 
