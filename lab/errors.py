@@ -36,9 +36,9 @@ class ScenarioProblem:
     column: int | None = None
 
     def __str__(self) -> str:
-        where = ":".join(str(x) for x in (self.file, self.line, self.column) if x is not None)
+        where = ":".join(str(x) for x in (self.file, self.line, self.column) if x)
         text = f"{self.path}: {self.message}" if self.path else self.message
-        return f"{where}: {text}" + (f"; {self.hint}" if self.hint else "")
+        return (f"{where}: " if where else "") + text + (f"; {self.hint}" if self.hint else "")
 
 
 class ScenarioError(LabError):

@@ -54,9 +54,11 @@ def build(t: TopologySpec, p: PlacementSpec, seed: int,
         return topo, []
     except _Invalid as e:
         return None, [e.problem]
-    except (ValueError, KeyError) as e:
-        field = "placement" if "placement" in str(e) or "host" in str(e) else "topology"
-        return None, [Explained((field,), str(e).strip('"'))]
+    except (ValueError, KeyError) as e:  # LeafSpine's counts, topo.placement's placement
+        text = str(e).strip('"')
+        field = ("placement", "map") if p.map and "host" in text else ("placement",) \
+            if "placement" in text or "host" in text else ("topology",)
+        return None, [Explained(field, text)]
 
 
 def _custom(path: Path, name: str, args: dict) -> Topo:

@@ -75,6 +75,7 @@ def _at(mark) -> Where:
 
 def _index(node: yaml.Node, path: Path, doc: MarkedDoc, keys: SafeConstructor) -> None:
     if isinstance(node, yaml.MappingNode):
+        seen: dict[str | int, int] = {}  # key -> line, in this mapping
         for k, v in node.value:
             try:
                 key = keys.construct_object(k, deep=True)
@@ -82,9 +83,10 @@ def _index(node: yaml.Node, path: Path, doc: MarkedDoc, keys: SafeConstructor) -
                 continue
             if not isinstance(key, str | int):
                 continue
-            here = path + (key,)
-            if here in doc.marks:
-                doc.duplicates.append((here, doc.marks[here][0], _at(k.start_mark)[0]))
+            here, line = path + (key,), _at(k.start_mark)[0]
+            if key in seen:
+                doc.duplicates.append((here, seen[key], line))
+            seen[key] = line
             doc.marks[here] = _at(k.start_mark)
             _index(v, here, doc, keys)
     elif isinstance(node, yaml.SequenceNode):

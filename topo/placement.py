@@ -62,7 +62,9 @@ def _check_explicit(vms, leaf_of, vms_per_host, explicit) -> dict[str, str]:
     missing = [vm for vm in vms if vm not in explicit]
     unknown = [vm for vm in explicit if vm not in set(vms)]
     if missing or unknown:
-        raise ValueError(f"explicit placement: VMs without a host {missing}, unknown VMs {unknown}")
+        raise ValueError("explicit placement: " + "; ".join(
+            ([f"VMs without a host: {', '.join(missing)}"] if missing else [])
+            + ([f"not VMs of the topology: {', '.join(unknown)}"] if unknown else [])))
     members: dict[str, list[str]] = defaultdict(list)
     for vm in vms:
         members[explicit[vm]].append(vm)
