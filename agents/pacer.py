@@ -312,7 +312,9 @@ class Pacer:
                 self._send_probes()
                 if self.holder is not None:
                     self._release_due()
-                time.sleep(self.cfg.probe_s)
+                # idle (nothing to probe, no hold to end): wait for the next sensing only
+                busy = self.active or self.releases
+                time.sleep(self.cfg.probe_s if busy else max(0.0, next_sense - now))
         finally:
             stop.set()
             for t in threads:
