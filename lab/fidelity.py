@@ -1,24 +1,24 @@
-"""Fidelity of the emulation: is the machine saturated while a scenario runs?
+"""Fidelity of the emulation: is the machine saturated while a scenario runs, and where?
 
-A background thread samples the CPU times (psutil, from ``/proc/stat``) every ``interval_s``
-and keeps, per
-interval, the busy fraction of all CPUs (everything but idle and iowait) and the softirq
-fraction (where veth forwarding and qdiscs run), and the busiest core's busy fraction (one
-saturated core limits a single flow even when the machine as a whole is not). When the
-machine is saturated, timers fire
-late and packets queue in the kernel instead of in the emulated queues, so timing results
-are not trustworthy: the summary flags it.
+A background thread samples every ``interval_s`` the CPU times of every core (psutil, from
+``/proc/stat``) and, once a lab is watched (``watch``), the counters of its links' emulated
+queues (``lab.queues``). Per interval it keeps each core's busy fraction (everything but idle
+and iowait) and softirq fraction (where veth forwarding and qdiscs run), the same for all
+cores together, and each shaped direction's rate sent and whether its queue held packets.
+``summary()`` judges them (``lab.saturation``: which cores were saturated, which links' queues
+the CPU limited, whether timing results can be trusted). When the machine is saturated, timers
+fire late and packets wait in the kernel instead of in the emulated queues.
 """
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import psutil
 
-SATURATED_BUSY = 0.90      # an interval is saturated at >= 90 % busy ...
-SATURATED_SHARE = 0.25     # ... and the run is flagged when >= 25 % of intervals are
-
+from lab.queues import QueueReading
+from lab.saturation import Interval, link_interval, summarize
 
 _FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 """The CPU times that add up to a core's time (guest time is counted in user and nice)."""
@@ -32,14 +32,28 @@ def read_cpu_times() -> np.ndarray:
     return np.vstack([cores.sum(axis=0), cores])
 
 
+def cpu_interval(prev: np.ndarray, cur: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Busy and softirq fractions (0-1), each shape (1 + cores,) as ``read_cpu_times``' rows,
+    between two of its readings; None when a core's time did not advance."""
+    d = cur - prev
+    total = d.sum(axis=1)
+    if (total <= 0).any():
+        return None
+    return 1 - (d[:, 3] + d[:, 4]) / total, d[:, 6] / total
+
+
 class FidelitySampler:
-    """``with FidelitySampler() as s: ...``; then ``s.summary()``."""
+    """``with FidelitySampler() as s: ...``; then ``s.summary()``.
+
+    Args:
+        interval_s: time between two samples, s.
+    """
 
     def __init__(self, interval_s: float = 0.25):
         self.interval_s = interval_s
-        self.busy: list[float] = []
-        self.core_busy: list[float] = []
-        self.softirq: list[float] = []
+        self.intervals: list[Interval] = []
+        self._queues: Callable[[], Mapping[str, QueueReading]] | None = None
+        self._queues_error: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="nslab-fidelity")
 
@@ -49,6 +63,22 @@ class FidelitySampler:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    @property
+    def busy(self) -> list[float]:
+        """Busy fraction of all cores, per interval so far."""
+        return [i.busy for i in self.intervals]
+
+    @property
+    def softirq(self) -> list[float]:
+        """Softirq fraction of all cores, per interval so far."""
+        return [i.softirq for i in self.intervals]
+
+    def watch(self, queues: Callable[[], Mapping[str, QueueReading]]) -> None:
+        """Also sample link queues from now on: ``queues()`` (e.g. ``lab.queues.QueueReader``)
+        is called on the sampler's thread each interval; stop the sampler before the lab.
+        Its first exception ends queue sampling and is reported as ``queues_error``."""
+        self._queues = queues
 
     def start(self) -> None:
         """Start sampling in a background thread."""
@@ -60,32 +90,34 @@ class FidelitySampler:
         if self._thread.is_alive():
             self._thread.join()
 
+    def _read_queues(self) -> Mapping[str, QueueReading]:
+        if self._queues is None or self._queues_error is not None:
+            return {}
+        try:
+            return self._queues()
+        except Exception as e:  # noqa: BLE001 - any failure ends queue sampling, reported
+            self._queues_error = f"{type(e).__name__}: {e}"
+            return {}
+
     def _run(self) -> None:
-        prev = read_cpu_times()
+        prev, prev_q = read_cpu_times(), self._read_queues()
         while not self._stop.wait(self.interval_s):
-            cur = read_cpu_times()
-            d = cur - prev
-            prev = cur
-            total = d.sum(axis=1)
-            if (total <= 0).any():
+            cur, cur_q = read_cpu_times(), self._read_queues()
+            fracs = cpu_interval(prev, cur)
+            links = {k: li for k, q in cur_q.items()
+                     if k in prev_q and (li := link_interval(prev_q[k], q)) is not None}
+            prev, prev_q = cur, cur_q
+            if fracs is None:
                 continue
-            busy = 1 - (d[:, 3] + d[:, 4]) / total
-            self.busy.append(float(busy[0]))
-            self.core_busy.append(float(busy[1:].max()))
-            self.softirq.append(float(d[0, 6] / total[0]))
+            busy, soft = fracs
+            self.intervals.append(Interval(
+                core_busy=tuple(float(x) for x in busy[1:]),
+                core_softirq=tuple(float(x) for x in soft[1:]),
+                busy=float(busy[0]), softirq=float(soft[0]), links=links))
 
     def summary(self) -> dict:
-        """``samples``, ``cpu_busy`` (all cores), ``busiest_core`` and ``softirq`` fractions
-        (p50, max), ``saturated`` (judged on all cores)."""
-        if not self.busy:
-            return {"samples": 0, "saturated": None}
-        busy = np.array(self.busy)
-        soft = np.array(self.softirq)
-        return {"samples": len(busy), "interval_s": self.interval_s,
-                "cpu_busy": {"p50": round(float(np.median(busy)), 3),
-                             "max": round(float(busy.max()), 3)},
-                "busiest_core": {"p50": round(float(np.median(self.core_busy)), 3),
-                                 "max": round(float(max(self.core_busy)), 3)},
-                "softirq": {"p50": round(float(np.median(soft)), 3),
-                            "max": round(float(soft.max()), 3)},
-                "saturated": bool(np.mean(busy >= SATURATED_BUSY) >= SATURATED_SHARE)}
+        """``lab.saturation.summarize`` of the intervals so far (the results' fidelity
+        section)."""
+        return summarize(list(self.intervals), self.interval_s,
+                         links_read=self._queues is not None,
+                         links_error=self._queues_error)

@@ -178,18 +178,27 @@ def set_queue(ipr: IPRoute, index: int, p: LinkParams) -> None:
         ipr.tc("replace", "pfifo", index, LEAF, **kw, limit=p.max_queue_size)
 
 
-def qdisc_stats(ipr: IPRoute, index: int) -> dict[str, int]:
-    """Counters of the root qdisc of an interface (HTB counts its leaves' drops):
-    ``sent_bytes``, ``sent_packets``, ``drops``, ``overlimits``, ``backlog_packets``.
-    All zero when the interface has no qdisc of its own."""
-    for q in ipr.get_qdiscs(index=index):
+QDISC_COUNTERS = ("sent_bytes", "sent_packets", "drops", "overlimits", "backlog_packets")
+
+
+def root_qdisc_stats(ipr: IPRoute, index: int | None = None) -> dict[int, dict[str, int]]:
+    """Counters of the root qdiscs of a namespace's interfaces (one netlink dump; only
+    interface ``index`` when given), by interface index: ``QDISC_COUNTERS`` (bytes and
+    packets dequeued since the qdisc was created, packets dropped, times the rate throttled
+    it, packets queued now; HTB counts its leaves' drops and backlog). Interfaces without a
+    qdisc of their own are absent."""
+    out = {}
+    for q in ipr.get_qdiscs(**({} if index is None else {"index": index})):
         st = q.get_attr("TCA_STATS")
         if q["parent"] == 0xFFFFFFFF and st is not None:
-            return {"sent_bytes": st["bytes"], "sent_packets": st["packets"],
-                    "drops": st["drop"], "overlimits": st["overlimits"],
-                    "backlog_packets": st["qlen"]}
-    return dict.fromkeys(("sent_bytes", "sent_packets", "drops", "overlimits",
-                          "backlog_packets"), 0)
+            out[q["index"]] = dict(zip(QDISC_COUNTERS, (st["bytes"], st["packets"], st["drop"],
+                                                        st["overlimits"], st["qlen"]), strict=True))
+    return out
+
+
+def qdisc_stats(ipr: IPRoute, index: int) -> dict[str, int]:
+    """``root_qdisc_stats`` of one interface; all zero when it has no qdisc of its own."""
+    return root_qdisc_stats(ipr, index).get(index, dict.fromkeys(QDISC_COUNTERS, 0))
 
 
 def drop_commands(ifname: str, percent: float, tag: str = "loss") -> list[str]:

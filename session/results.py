@@ -103,9 +103,36 @@ class Fraction(_Model):
     max: float = Field(description="maximum, fraction 0-1")
 
 
+class CoreLoad(_Model):
+    """One CPU core over the run (``lab.saturation``)."""
+
+    cpu: int = Field(description="core number, as in /proc/stat (cpuN)")
+    busy: Fraction = Field(description="busy fraction (all but idle and iowait)")
+    softirq: Fraction = Field(description="softirq fraction (veth forwarding, qdiscs)")
+    hot_share: float = Field(description="fraction of the samples with this core >= 90 % "
+                                         "busy")
+    saturated: bool = Field(description="hot_share >= 0.25")
+
+
+class QueueLoad(_Model):
+    """One shaped link direction whose queue held packets at both ends of a sample
+    (``lab.saturation``)."""
+
+    link: str = Field(description="direction, `a->b` (a sends)")
+    bw_mbit: float = Field(description="configured rate in its last queued sample, Mbit/s")
+    queued_samples: int = Field(description="samples whose queue held packets at both ends")
+    rate_ratio: Fraction = Field(description="rate sent / configured rate in those samples "
+                                             "(Ethernet headers counted, as HTB does)")
+    starved_samples: int = Field(description="queued samples with a core >= 90 % busy in "
+                                             "which it sent < 80 % of its rate")
+    cpu_limited: bool = Field(description="probably limited by the CPU, not its rate: "
+                                          "starved in >= 2 samples and in >= half of those "
+                                          "queued while a core was >= 90 % busy")
+
+
 class Fidelity(_Model):
-    """Was the machine saturated while the scenario ran? With no sample only ``samples``
-    (0) is set; the rest is null."""
+    """Was the machine saturated while the scenario ran, and where? With no sample only
+    ``samples`` (0) is set; the rest is null. Rules: ``lab/saturation.py``."""
 
     samples: int = Field(description="CPU samples taken")
     interval_s: float | None = Field(None, description="sampling interval, s")
@@ -113,9 +140,17 @@ class Fidelity(_Model):
     busiest_core: Fraction | None = Field(None, description="busy fraction of the busiest "
                                                             "core")
     softirq: Fraction | None = Field(None, description="softirq fraction of all cores")
-    saturated: bool | None = Field(description="busy >= 90 % in >= 25 % of the samples: "
-                                               "timing results are not trustworthy; null "
-                                               "without samples")
+    saturated_share: float | None = Field(None, description="fraction of the samples with "
+                                                            "all cores >= 90 % busy")
+    cores: list[CoreLoad] | None = Field(None, description="per core")
+    queues: list[QueueLoad] | None = Field(None, description="shaped link directions that "
+                                                             "queued; null when the link "
+                                                             "queues were not read")
+    queues_error: str | None = Field(None, description="why reading the link queues "
+                                                       "stopped; null when it did not")
+    saturated: bool | None = Field(description="saturated_share >= 0.25 or a queue "
+                                               "cpu_limited: timing results are not "
+                                               "trustworthy; null without samples")
 
 
 class LabSection(_Model):
@@ -629,9 +664,7 @@ def report(results: Results | Mapping) -> str:
         params = " ".join(f"{k}={v}" for k, v in ev.params.items() if k != "at_ns")
         lines.append(f"    {ev.t_s:7.2f} s  {ev.kind:11s} {ev.target} {params}")
     if fid.samples and fid.cpu_busy and fid.softirq:
-        lines.append(f"  fidelity: CPU busy p50 {fid.cpu_busy.p50:.0%} max "
-                     f"{fid.cpu_busy.max:.0%}, softirq max {fid.softirq.max:.0%}"
-                     f"{'  SATURATED: timing results not trustworthy' if fid.saturated else ''}")
+        lines.append("  " + fidelity_line(fid))
     for f in doc.load or []:
         got = f"{f.mbit} Mbit/s" if f.mbit is not None else f"error: {f.error}"
         lines.append(f"  load {f.protocol} {f.src}->{f.dst} at {f.at_s} s for "
@@ -660,6 +693,31 @@ def report(results: Results | Mapping) -> str:
     state = "clean" if td.clean else "LEFTOVERS " + ", ".join(td.leftovers)
     lines.append(f"  teardown: {state}")
     return "\n".join(lines)
+
+
+def fidelity_line(fid: Fidelity) -> str:
+    """The fidelity section in one line: saturated or not, which cores were (busy >= 90 % in
+    >= 25 % of the samples, with their softirq share), which link directions the CPU
+    probably limited, e.g. ``fidelity: SATURATED - cpu1 busy >= 90% for 62% of the run
+    (softirq p50 41%); links probably CPU-limited: leaf1->spine1 (sent 55% of its rate while
+    queued); distrust timings``. Needs a section with samples (``cpu_busy`` set)."""
+    hot = [f"cpu{c.cpu} busy >= 90% for {c.hot_share:.0%} of the run (softirq p50 "
+           f"{c.softirq.p50:.0%})" for c in fid.cores or [] if c.saturated]
+    parts = [f"CPU busy p50 {fid.cpu_busy.p50:.0%} max {fid.cpu_busy.max:.0%}, softirq max "
+             f"{fid.softirq.max:.0%}"]
+    if fid.cores is not None:
+        parts = [", ".join(hot)] if hot and fid.saturated else parts + [
+            ", ".join(hot) if hot else "no core saturated"]
+    if fid.queues is not None:
+        limited = [f"{q.link} (sent {q.rate_ratio.p50:.0%} of its rate while queued)"
+                   for q in fid.queues if q.cpu_limited]
+        parts.append("links probably CPU-limited: " + ", ".join(limited) if limited
+                     else "no link queue limited by the CPU")
+    if fid.queues_error:
+        parts.append(f"link queues not read: {fid.queues_error}")
+    if fid.saturated:
+        return f"fidelity: SATURATED - {'; '.join(parts)}; distrust timings"
+    return f"fidelity: ok - {'; '.join(parts)}"
 
 
 def _cassini_report(doc: Results) -> list[str]:

@@ -34,6 +34,7 @@ from lab.events import Event, Fault, Source
 from lab.fidelity import FidelitySampler
 from lab.lab import Lab
 from lab.observe import LinkState, VmState, link_states, vm_states
+from lab.queues import QueueReader
 from session import cassini, jobs, results, scoring, two_step
 from session.chrony import ChronyMesh
 from session.daemons import AgentMesh
@@ -183,6 +184,7 @@ class Session:
         self.capabilities = probe()
         self.sampler.start()
         self.lab.start()
+        self.sampler.watch(QueueReader(self.lab))
         self.placements = dict(self.lab.phys)
         self.lab.stamp("lab_up", self.lab.name, bringup_s=round(self.lab.bringup_s, 3))
         if self.capture is not None:
@@ -269,10 +271,10 @@ class Session:
                 self._agent_cost = self.mesh.cost(self.watcher.latest if self.watcher else None)
                 self.mesh.stop()
         finally:
+            self.sampler.stop()  # first: it reads the lab's queues
             if self.capture is not None:
                 self.capture.stop()
             self.lab.stop()
-            self.sampler.stop()
             if self.state != "error":
                 self.state = "stopped"
 

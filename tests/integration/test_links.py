@@ -7,7 +7,9 @@ from traffic import iperf3, udp_delivered
 from lab import tc
 from lab.capabilities import probe
 from lab.errors import CapabilityError
+from lab.fidelity import FidelitySampler
 from lab.lab import Lab, lab_netns
+from lab.queues import QueueReader
 from topo import LeafSpine
 
 
@@ -18,13 +20,22 @@ def mbit(doc):
 def test_rate_is_enforced_and_changes_at_run_time(nslab_lab):
     lab = nslab_lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=2, host_bw=100), name="it_rate")
     vm1, vm2 = lab["vm1"], lab["vm2"]
-    # TCP goodput; HTB counts Ethernet headers, so 1448/1514 = 95.6 % is the ceiling
-    rate = mbit(iperf3(vm1, vm2, "-t", "4", "-O", "1"))
-    assert 90 <= rate <= 105, rate
-    lab.faults.rate("vm1", "leaf1", 50)
-    rate = mbit(iperf3(vm1, vm2, "-t", "3", "-O", "1"))
-    assert 0.85 * 50 <= rate <= 1.05 * 50, rate
+    with FidelitySampler(interval_s=0.25) as sampler:
+        sampler.watch(QueueReader(lab))
+        # TCP goodput; HTB counts Ethernet headers, so 1448/1514 = 95.6 % is the ceiling
+        rate = mbit(iperf3(vm1, vm2, "-t", "4", "-O", "1"))
+        assert 90 <= rate <= 105, rate
+        lab.faults.rate("vm1", "leaf1", 50)
+        rate = mbit(iperf3(vm1, vm2, "-t", "3", "-O", "1"))
+        assert 0.85 * 50 <= rate <= 1.05 * 50, rate
     assert lab.timeline[-1].kind == "rate"
+    # the fidelity sampler read the emulated queue: the flow kept it queued at its rate,
+    # through the change (the kernel's counters, Ethernet headers counted)
+    fid = sampler.summary()
+    (q,) = [q for q in fid["queues"] if q["link"] == "vm1->leaf1"]
+    assert q["bw_mbit"] == 50 and q["queued_samples"] >= 10 and not q["cpu_limited"]
+    assert 0.9 <= q["rate_ratio"]["p50"] <= 1.1, q
+    assert fid["queues_error"] is None
 
 
 def test_queue_limit_drops_under_overload(nslab_lab):

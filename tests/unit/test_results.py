@@ -63,7 +63,7 @@ def test_report_prints_the_real_document(doc):
         "    phys1    drift   -1.048 ppm  VMs vm1 vm2",
         "       6.00 s  load        vm5->vm1 duration_s=4.0 mbit=None udp=False",
         "      12.01 s  link_down   leaf1-spine1 ",
-        "  fidelity: CPU busy p50 52% max 100%, softirq max 48%",
+        "  fidelity: ok - CPU busy p50 52% max 100%, softirq max 48%",  # before per core
         "  load tcp vm5->vm1 at 6.0 s for 4.0 s: 93.138 Mbit/s",
         "  agents: CPU per agent p50 3.8% max 3.9% of a core, coordinator 7.2%; probes p50 "
         "211.7 kbit/s per agent; RSS agent p50 20.4 MiB, coordinator 61.3 MiB",
@@ -304,3 +304,30 @@ def test_two_step_and_pacer_sections(doc):
     bad["two_step"]["steps"][0]["name"] = "step0"
     with pytest.raises(ValidationError, match="two_step.steps.0.name"):
         R.validate(bad)
+
+
+def _fidelity(saturated, hot=(), limited=(), **kw) -> R.Fidelity:
+    frac = {"p50": 0.5, "max": 1.0}
+    cores = [{"cpu": c, "busy": {"p50": 0.97 if c in hot else 0.4, "max": 1.0},
+              "softirq": {"p50": 0.41, "max": 0.6}, "hot_share": 0.62 if c in hot else 0.1,
+              "saturated": c in hot} for c in (0, 1)]
+    queues = [{"link": q, "bw_mbit": 100.0, "queued_samples": 9,
+               "rate_ratio": {"p50": 0.55, "max": 0.9}, "starved_samples": 6,
+               "cpu_limited": True} for q in limited]
+    return R.Fidelity.model_validate({
+        "samples": 40, "interval_s": 0.5, "cpu_busy": frac, "busiest_core": frac,
+        "softirq": frac, "saturated_share": 0.1, "cores": cores, "queues": queues,
+        "saturated": saturated, **kw})
+
+
+def test_fidelity_line_says_where_in_one_line():
+    assert R.fidelity_line(_fidelity(True, hot=[1], limited=["leaf1->spine1"])) == (
+        "fidelity: SATURATED - cpu1 busy >= 90% for 62% of the run (softirq p50 41%); "
+        "links probably CPU-limited: leaf1->spine1 (sent 55% of its rate while queued); "
+        "distrust timings")
+    assert R.fidelity_line(_fidelity(False, hot=[0])) == (
+        "fidelity: ok - CPU busy p50 50% max 100%, softirq max 100%; cpu0 busy >= 90% for "
+        "62% of the run (softirq p50 41%); no link queue limited by the CPU")
+    assert R.fidelity_line(_fidelity(False, queues=None, queues_error="OSError: gone")) == (
+        "fidelity: ok - CPU busy p50 50% max 100%, softirq max 100%; no core saturated; "
+        "link queues not read: OSError: gone")

@@ -1,0 +1,79 @@
+"""The emulated queues of a running lab, read from the kernel: for every rate-shaped direction
+of every link, its configured rate and its root qdisc's counters (bytes dequeued, packets
+queued now, drops). The fidelity sampler reads them to tell a link limited by its rate from
+one limited by the CPU (``lab.saturation``).
+
+One netlink dump per namespace carrying emulation (``tc.root_qdisc_stats``), through the
+node's socket of the calling thread: 24 directions in 4 namespaces cost about 5 ms of CPU per
+read on this machine.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lab import tc
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lab.lab import Lab
+
+
+@dataclass(frozen=True)
+class QueueReading:
+    """One direction's queue at one instant.
+
+    ``t_s``: ``time.monotonic()`` when read, s; ``bw_mbit``: its configured rate now,
+    Mbit/s; ``sent_bytes``: bytes dequeued (sent) since bring-up, Ethernet headers counted as
+    HTB counts them; ``backlog_packets``: packets queued now; ``drops``: packets dropped since
+    bring-up.
+    """
+
+    t_s: float
+    bw_mbit: float
+    sent_bytes: int
+    backlog_packets: int
+    drops: int
+
+
+class QueueReader:
+    """``QueueReader(lab)()`` -> {``"a->b"``: ``QueueReading``} for every direction with a
+    rate (``bw``) of the lab's links, ``a`` the sending node. Callable from any one thread
+    (the nodes keep a netlink socket per thread); call it while the lab runs.
+
+    Raises (when called):
+        OSError, pyroute2.NetlinkError: a namespace or interface is gone (the lab stopped).
+    """
+
+    def __init__(self, lab: Lab):
+        self.lab = lab
+        self._dirs: list[tuple[str, object, int]] | None = None
+
+    def _directions(self) -> list[tuple[str, object, int]]:
+        """(label, interface, shaper's index) of every shaped direction, resolved once."""
+        if self._dirs is None:
+            dirs = []
+            for a, b in self.lab.topo.links():
+                ends = self.lab.faults.ends(a, b)
+                for intf, peer in (ends, ends[::-1]):
+                    if intf.shaping.bw is not None:
+                        dirs.append((f"{intf.node.name}->{peer.node.name}", intf,
+                                     intf.shaper_index))
+            self._dirs = dirs
+        return self._dirs
+
+    def __call__(self) -> dict[str, QueueReading]:
+        dirs = self._directions()
+        stats = {}
+        for node in {id(i.shaper_node): i.shaper_node for _, i, _ in dirs}.values():
+            stats[id(node)] = tc.root_qdisc_stats(node.ipr)
+        now = time.monotonic()
+        out = {}
+        for label, intf, index in dirs:
+            st = stats[id(intf.shaper_node)].get(index)
+            if st is not None and intf.shaping.bw is not None:
+                out[label] = QueueReading(t_s=now, bw_mbit=intf.shaping.bw,
+                                          sent_bytes=st["sent_bytes"],
+                                          backlog_packets=st["backlog_packets"],
+                                          drops=st["drops"])
+        return out
