@@ -149,6 +149,43 @@ class Event(BaseModel):
     source: Source = "lab"
 
     def describe(self) -> str:
-        """``kind target k=v ...`` for logs."""
-        params = " ".join(f"{k}={v}" for k, v in self.params.items() if k != "at_ns")
-        return f"{self.kind} {self.target} {params}".strip()
+        """The event in words, for logs (``describe``)."""
+        return describe(self.kind, self.target, self.params)
+
+
+UNITS = (("_ms", "ms"), ("_us", "us"), ("_s", "s"), ("mbit", "Mbit/s"), ("percent", "%"),
+         ("_ppm", "ppm"))
+"""Parameter-name suffix -> the unit its value is written with (``duration_s`` -> "s")."""
+BOOL_WORDS = {"enable": ("on", "off"), "udp": ("UDP", "TCP")}
+"""Booleans said as one word each way; any other is its name, or "not" and its name."""
+NAME_WORDS = {"phys": "on", "src": "from", "dst": "to"}
+"""Parameter names said as another word (``phys phys1`` reads "on phys1")."""
+HIDDEN = ("at_ns", "true_ns")
+
+
+def describe(kind: str, target: str, params: dict[str, Any]) -> str:
+    """An event in words: ``load vm1->vm3: duration 8 s, TCP``.
+
+    Parameters left out: None (not set) and the clock stamps (``HIDDEN``). Units come from the
+    name's suffix (``UNITS``), some names are words (``NAME_WORDS``), booleans become words
+    (``BOOL_WORDS``), list items are space-separated, numbers drop trailing zeros (``2.0`` ->
+    ``2``).
+    """
+    parts = [_param(k, v) for k, v in params.items() if v is not None and k not in HIDDEN]
+    head = f"{kind} {target}".strip()
+    return f"{head}: {', '.join(parts)}" if parts else head
+
+
+def _param(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        yes, no = BOOL_WORDS.get(name, (name, f"not {name}"))
+        return yes if value else no
+    if isinstance(value, list | tuple):
+        value = " ".join(map(str, value))
+    elif isinstance(value, float):
+        value = f"{value:g}"
+    for suffix, unit in UNITS:
+        if name.endswith(suffix):
+            word = name[: -len(suffix)].strip("_").replace("_", " ")
+            return f"{word} {value} {unit}".strip()
+    return f"{NAME_WORDS.get(name, name.replace('_', ' '))} {value}"

@@ -5,6 +5,12 @@ Every backend call runs in a Textual thread worker that posts a message back
 ctrl+c) tears the lab down first; ``on_unmount`` and ``run_app``'s ``finally`` tear it down
 again (idempotent), so a crash in a panel leaves no lab behind.
 
+Focus follows the panel: ``1``-``4``, ``tab``/``shift+tab`` (next/previous panel, in
+``PANELS`` order) and a click on a tab give the focus to the panel's main widget (the fabric,
+the VM table; the tab bar for the others), so its arrow keys work and the number keys keep
+working after a click anywhere (Textual's ``TabbedContent`` switches back to the pane of a
+focused widget).
+
 ``make_app`` is the one factory shared by ``nslab tui`` and the tests.
 """
 from __future__ import annotations
@@ -20,7 +26,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.widgets import Footer, Header, TabbedContent, TabPane
+from textual.widgets import Footer, Header, TabbedContent, TabPane, Tabs
 
 from lab.events import (
     ClockStep,
@@ -49,6 +55,7 @@ from tui.widgets import (
 )
 
 TUI_SCENARIOS = Path(__file__).parent / "scenarios"
+PANELS = ("fabric", "vms", "owd", "jobs")  # the tab panes, in the order of their keys 1-4
 
 
 @dataclass
@@ -89,6 +96,8 @@ class NslabApp(App):
         Binding("2", "tab('vms')", "VMs", show=False),
         Binding("3", "tab('owd')", "OWD", show=False),
         Binding("4", "tab('jobs')", "jobs", show=False),
+        Binding("tab", "next_panel(1)", "next panel", show=False, priority=True),
+        Binding("shift+tab", "next_panel(-1)", "previous panel", show=False, priority=True),
         Binding("left_square_bracket", "cycle_link(-1)", "prev link", show=False),
         Binding("right_square_bracket", "cycle_link(1)", "next link", show=False),
         Binding("less_than_sign", "cycle_vm(-1)", "prev VM", show=False),
@@ -153,6 +162,7 @@ class NslabApp(App):
         self.w_status = self.query_one(StatusBar)
         self.sub_title = self.backend.scenario
         self.set_class(self.size.width >= 120, "-wide")
+        self._focus_panel(PANELS[0])
         if self.autostart:
             self.start_backend()
         self.set_interval(self.poll_s, self.poll)
@@ -295,6 +305,28 @@ class NslabApp(App):
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
+        self._focus_panel(tab)
+
+    def action_next_panel(self, delta: int) -> None:
+        tab = self.query_one(TabbedContent).active
+        self.action_tab(PANELS[(PANELS.index(tab) + delta) % len(PANELS)])
+
+    def check_action(self, action: str, parameters: tuple) -> bool:
+        # tab is a priority binding (the screen's focus_next would take it): over a modal
+        # screen (help, picker, palette) it is that screen's key
+        return action != "next_panel" or len(self.screen_stack) == 1
+
+    def _focus_panel(self, tab: str) -> None:
+        """Focus ``tab``'s main widget: a focused widget left in a hidden pane would pull
+        ``TabbedContent`` back to that pane."""
+        main = {"fabric": self.w_fabric, "vms": self.w_vms}.get(tab)
+        (main or self.query_one(TabbedContent).query_one(Tabs)).focus()
+
+    def on_tabbed_content_tab_activated(self, msg: TabbedContent.TabActivated) -> None:
+        """A tab clicked (or switched by the tab bar's arrow keys): the focus goes into the
+        new pane unless it is there already."""
+        if self.focused is None or msg.pane not in self.focused.ancestors:
+            self._focus_panel(msg.pane.id)
 
     # -- faults ----------------------------------------------------------------------------
     def _refuse(self, why: str) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
-from lab.events import Fault
+from lab.events import Fault, describe
 from lab.observe import TIERS  # noqa: F401 - node tiers: the lab's, re-exported for views
 
 SCHEMA = "nslab.tui-recording/1"
@@ -121,9 +121,8 @@ class EventView:
     source: str = "lab"
 
     def describe(self) -> str:
-        params = " ".join(f"{k}={v}" for k, v in self.params.items()
-                          if k not in ("at_ns", "true_ns"))
-        return f"{self.kind} {self.target} {params}".strip()
+        """The event in words (``lab.events.describe``)."""
+        return describe(self.kind, self.target, self.params)
 
 
 @dataclass

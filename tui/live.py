@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+from agents.owd import natural_key
 from lab.errors import LabError
 from lab.events import Event, Fault
 from lab.observe import LinkState, VmState, tier
@@ -124,7 +125,7 @@ class LiveBackend:
         lab, topo = s.lab, s.topo
         snap = Snapshot(time_s=round(s.now_s(), 2), scenario=s.sc.name, lab=lab.name,
                         fabric=lab.fabric, state=s.state,
-                        hosts=sorted(set(lab.phys.values())),
+                        hosts=sorted(set(lab.phys.values()), key=natural_key),
                         truth_groups=scoring.truth_groups(lab.phys))
         snap.nodes = [NodeView(n, topo.nodeInfo(n).get("role", "vm"), tier(lab, n))
                       for n in topo.nodes()]
@@ -202,7 +203,7 @@ class LiveBackend:
                        if st.p50_us is not None}
         snap.asymmetry_us = {pair.replace("|", "<->"): round(x, 1)
                              for pair, x in state.asymmetry_us.items() if x is not None}
-        snap.groups = [GroupView(sorted(g.members), g.confidence)
+        snap.groups = [GroupView(sorted(g.members, key=natural_key), g.confidence)
                        for g in state.collocation.groups]
 
     def _job_views(self) -> list[JobView]:

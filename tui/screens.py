@@ -4,46 +4,56 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 
 HELP = [
-    ("Views", [("1 2 3 4", "fabric+log / VMs+collocation / one-way delay / jobs"),
-               ("tab", "next panel"), ("[ ]", "previous / next link"),
-               ("< >", "previous / next VM (or arrows in the VM table)")]),
-    ("Link faults (selected link)", [("d", "take the link down"), ("u", "bring it up"),
-                                     ("f", "flap it (3 x 1 s down / 1 s up)"),
-                                     ("l", "loss 5 % on / off"),
-                                     ("r", "rate: half the configured rate / back")]),
-    ("VM faults (selected VM)", [("h", "CPU hog (noisy neighbour) on / off"),
-                                 ("p", "pause / resume the VM"),
-                                 ("c", "clock step +2 ms"),
-                                 ("m", "migrate to the next physical host")]),
-    ("Scenario", [("space", "pause / resume the timeline"), ("n", "play the next step now"),
-                  ("o", "pick a scenario (restarts the lab)"),
-                  ("x", "stop: tear the lab down")]),
-    ("App", [("ctrl+p", "command palette (every action, with more values)"),
-             ("?", "this help"), ("q / ctrl+c", "quit (tears the lab down)")]),
+    [("Panels", [("1 2 3 4", "fabric, VMs, OWD, jobs"),
+                 ("tab", "next panel; shift+tab back"),
+                 ("[ ]", "previous / next link"),
+                 ("< >", "previous / next VM"),
+                 ("arrows", "link or VM, in its panel")]),
+     ("Link faults (selected link)", [("d u", "down / up"),
+                                      ("f", "flap 3 times, 1 s each"),
+                                      ("l", "loss 5 % on / off"),
+                                      ("r", "half the rate / back")])],
+    [("VM faults (selected VM)", [("h", "CPU hog on / off"), ("p", "pause / resume"),
+                                  ("c", "clock step +2 ms"),
+                                  ("m", "migrate to the next host")]),
+     ("Scenario", [("space", "pause / resume timeline"), ("n", "play the next step now"),
+                   ("o", "pick a scenario (restarts)"), ("x", "stop: tear the lab down")]),
+     ("App", [("ctrl+p", "every action, more values"), ("?", "this help"),
+              ("q ctrl+c", "quit, tears the lab down")])],
 ]
+"""Two columns of (section, [(keys, what)]); each line fits a column of 36, so the whole
+help fits in 80x24."""
+
+
+def help_column(sections) -> Text:
+    """One column of the help screen."""
+    t = Text()
+    for section, keys in sections:
+        t.append(f"{section}\n", "bold underline")
+        for k, what in keys:
+            t.append(f" {k:<9}", "bold cyan")
+            t.append(f"{what}\n")
+    t.rstrip()
+    return t
 
 
 class HelpScreen(ModalScreen[None]):
-    """Every key of the app."""
+    """Every key of the app, in two columns."""
 
     BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close")]
 
     def compose(self) -> ComposeResult:
-        t = Text()
-        for section, keys in HELP:
-            t.append(f"{section}\n", "bold underline")
-            for k, what in keys:
-                t.append(f"  {k:<11}", "bold cyan")
-                t.append(f"{what}\n")
-        t.append("\nFaults are stamped in the lab's truth timeline and the log. ", "italic")
-        t.append("Esc closes.", "italic")
         with VerticalScroll(id="help-box"):
-            yield Static(t, id="help-text")
+            with Horizontal(id="help-columns"):
+                for column in HELP:
+                    yield Static(help_column(column), classes="help-column")
+            yield Static(Text("Faults are stamped in the lab's truth timeline and the log. "
+                              "Esc closes.", "italic"))
 
     def action_dismiss(self) -> None:
         self.dismiss(None)

@@ -179,8 +179,8 @@ async def test_vm_controls():
         await press(pilot, "m")
         assert app.snap.vm("vm3").phys == "phys1"
         log = log_text(app)
-        for line in ("cpu_hog vm3 enable=True", "pause vm3", "resume vm3",
-                     "clock_step vm3 step_ms=2.0", "migrate vm3 to=phys1"):
+        for line in ("cpu_hog vm3: on", "pause vm3", "resume vm3",
+                     "clock_step vm3: step 2 ms", "migrate vm3: to phys1"):
             assert line in log
 
 
@@ -338,15 +338,6 @@ async def test_every_injecting_key_stamps_a_known_fault_kind():
             assert f"tui      {kinds[0]} " in log
 
 
-@sync
-async def test_help_screen():
-    app = app_on()
-    async with app.run_test(size=SIZE) as pilot:
-        await ready(pilot)
-        await press(pilot, "question_mark")
-        assert isinstance(app.screen, HelpScreen)
-        await press(pilot, "escape")
-        assert not isinstance(app.screen, HelpScreen)
 
 
 @sync
@@ -507,3 +498,196 @@ def test_two_step_steps_show_as_they_finish():
     text = JobsPanel.render_jobs(snap).plain
     assert "a2a aware_paced " in text  # the step names are not cut
     assert "pacer sense, cc -: drops 8275, retransmits 4927, RTOs 7" in text
+
+
+# -- focus and keys (issue 15: after tab or a click, 1-4 must still switch panels) -----------
+def focused_pane(app) -> str | None:
+    """The id of the tab pane holding the focused widget (None: outside the panes)."""
+    from textual.widgets import TabPane
+    return next((a.id for a in app.focused.ancestors if isinstance(a, TabPane)), None)
+
+
+async def settled_active(pilot) -> str:
+    await pilot.pause(0.3)  # a snap-back would have happened by now
+    return pilot.app.query_one(TabbedContent).active
+
+
+FOCUS_PATHS = {
+    "tab": ("tab",), "shift+tab": ("shift+tab",), "click fabric": ("#fabric-view",),
+    "click log": ("#log",), "2 then click table": ("2", "#vm-table"),
+    "click a tab": ("#fabric-view", "#--content-tab-owd"),
+}
+
+
+@pytest.mark.parametrize("path", FOCUS_PATHS.values(), ids=FOCUS_PATHS.keys())
+@sync
+async def test_number_keys_switch_panels_after_any_focus(path):
+    app = app_on()
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        for step in path:
+            await (pilot.click(step) if step.startswith("#") else press(pilot, step))
+        for key, tab in (("2", "vms"), ("3", "owd"), ("4", "jobs"), ("1", "fabric"),
+                         ("3", "owd"), ("2", "vms")):
+            await press(pilot, key)
+            assert await settled_active(pilot) == tab, (path, key)
+            assert focused_pane(app) in (tab, None)  # never left in a hidden pane
+
+
+@sync
+async def test_tab_goes_to_the_next_panel_and_focuses_it():
+    app = app_on()
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        assert app.focused is app.query_one(FabricView)  # arrows pick links from the start
+        seen = []
+        for _ in range(4):
+            await press(pilot, "tab")
+            seen.append(await settled_active(pilot))
+        assert seen == ["vms", "owd", "jobs", "fabric"]
+        await press(pilot, "shift+tab")
+        assert await settled_active(pilot) == "jobs"
+        await press(pilot, "2")
+        assert app.focused is app.query_one(VMTable)
+        vm = app.selected_vm
+        await press(pilot, "down")  # the table has the focus: arrows move its cursor
+        assert app.selected_vm != vm
+
+
+@sync
+async def test_clicking_a_tab_moves_the_focus_into_it():
+    app = app_on()
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.click("#fabric-view")
+        await pilot.click("#--content-tab-vms")
+        assert await settled_active(pilot) == "vms"
+        assert app.focused is app.query_one(VMTable)
+
+
+@sync
+async def test_help_screen_fits_in_80x24_and_keeps_its_keys():
+    app = app_on()
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await press(pilot, "question_mark", "tab")
+        assert isinstance(app.screen, HelpScreen)
+        assert await settled_active(pilot) == "fabric"  # tab over the help: no panel switch
+        box = app.screen.query_one("#help-box")
+        await pilot.pause(0.2)
+        assert box.max_scroll_y == 0 and box.region.height <= SIZE[1]
+        columns = list(app.screen.query(".help-column"))
+        for w in columns:  # no line wraps
+            assert w.region.height == len(str(w.render()).splitlines())
+        shown = "\n".join(str(w.render()) for w in columns)
+        for binding in app.BINDINGS:  # every key of the app is explained
+            key = {"question_mark": "?", "left_square_bracket": "[",
+                   "right_square_bracket": "]", "less_than_sign": "<",
+                   "greater_than_sign": ">"}.get(binding.key, binding.key)
+            assert key in shown, key
+        await press(pilot, "escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+# -- legend: one colour or mark per meaning ---------------------------------------------------
+def test_legend_colours_are_distinct():
+    from rich.style import Style
+
+    from tui.widgets import legend as lg
+    colours = [c for _, c in lg.SCALE] + [lg.SATURATED]
+    marks = [lg.DOWN, lg.DROPS, lg.HOG, lg.PAUSED]
+    seen = [Style.parse(s).color for s in colours + marks[:2]] + \
+        [Style.parse(s).bgcolor for s in marks[2:]]
+    assert len({c.triplet for c in seen}) == len(seen)
+    assert [lg.util_style(u) for u in (0.0, 0.1, 0.5, 0.7, 0.9, 1.0)] == colours + [colours[-1]]
+    text = lg.legend()
+    assert len(text.plain) <= 78  # one line at 80 columns
+    styles = {str(span.style) for span in text.spans}
+    assert set(colours + marks) <= styles
+    for word in ("saturated", "down", "drops", "hog", "paused"):
+        assert word in text.plain
+
+
+def test_fabric_draws_down_saturated_dropping_and_hog_apart():
+    from tui.widgets import legend as lg
+    _, frames = load_recording(DEFAULT_RECORDING)
+    snap = frames[MID]
+    down = next(lk for lk in snap.links if not lk.up)
+    busy = next(lk for lk in snap.links if lk.up and lk is not down)
+    busy.utilization, busy.drops = 0.95, 0
+    dropping = next(lk for lk in snap.links if lk.up and lk not in (busy,))
+    dropping.utilization, dropping.drops = 0.1, 7
+    snap.vms[0].hog = True
+    view = FabricView()
+    view.snap = snap
+    view.selected = snap.links.index(next(lk for lk in snap.links  # bold reverse: not these
+                                          if lk not in (down, busy, dropping)))
+    drawn = {str(s.style) for s in view.render().spans}
+    assert {lg.SATURATED, lg.DOWN, lg.DROPS, lg.HOG} <= drawn
+
+
+# -- words, not Python, in the log --------------------------------------------------------------
+@pytest.mark.parametrize("kind, params, words", [
+    ("load", {"duration_s": 8.0, "mbit": None, "udp": False}, "load t: duration 8 s, TCP"),
+    ("load", {"duration_s": 6.0, "mbit": 40.0, "udp": True},
+     "load t: duration 6 s, 40 Mbit/s, UDP"),
+    ("cpu_hog", {"enable": False, "phys": "phys1"}, "cpu_hog t: off, on phys1"),
+    ("clock_step", {"step_ms": -1.5, "at_ns": 17}, "clock_step t: step -1.5 ms"),
+    ("migrate", {"src": "phys2", "dst": "phys1"}, "migrate t: from phys2, to phys1"),
+    ("job_end", {"completion_s": 2.5, "verified": False}, "job_end t: completion 2.5 s, "
+                                                          "not verified"),
+    ("job_start", {"vms": ["vm1", "vm2"]}, "job_start t: vms vm1 vm2"),
+    ("link_up", {}, "link_up t"),
+])
+def test_events_are_described_in_words(kind, params, words):
+    from lab.events import describe
+    assert describe(kind, "t", params) == words
+
+
+def test_recorded_log_has_no_python_values():
+    backend = RecordedBackend(start_at=MID, advance=False)
+    backend.start()
+    for f in EVERY_FAULT:
+        backend.inject(f)
+    for ev in backend.snapshot().events:
+        line = ev.describe()
+        for raw in ("None", "True", "False", "=", "[", "{"):
+            assert raw not in line, line
+
+
+# -- natural order (vm9 before vm10) -----------------------------------------------------------
+def ten_vms() -> Snapshot:
+    from tui.backend import GroupView, NodeView, VMView
+    names = [f"vm{i}" for i in (10, 9, 2, 1, 11)]
+    return Snapshot(nodes=[NodeView(n, "vm", 0) for n in names],
+                    vms=[VMView(n, "phys1", "leaf1") for n in names],
+                    truth_groups=[["vm10", "vm9"], ["vm2", "vm11", "vm1"]],
+                    groups=[GroupView(["vm10", "vm9"], 0.9)],
+                    owd_us={"vm10->vm9": 50.0, "vm9->vm10": 40.0, "vm2->vm10": 30.0})
+
+
+def test_collocation_and_owd_sort_naturally():
+    from tui.widgets import CollocationView
+    snap = ten_vms()
+    text = CollocationView.render_groups(snap).plain
+    assert "truth: {vm1 vm2 vm11}  {vm9 vm10}" in text
+    assert "found: {vm9 vm10} 0.90" in text
+    header = OwdHeatmap.render_matrix(snap).plain.splitlines()[1].split()
+    assert header == ["vm2", "vm9", "vm10"]
+
+
+@sync
+async def test_vm_table_and_fabric_sort_naturally():
+    from tui.recorded import RecordedBackend as Rec
+
+    class Ten(Rec):
+        def snapshot(self):
+            return ten_vms()
+    app = app_on(Ten(start_at=MID, advance=False))
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        table = app.query_one(VMTable)
+        assert [str(table.get_row_at(i)[0]) for i in range(table.row_count)] == [
+            "vm1", "vm2", "vm9", "vm10", "vm11"]
+        row = app.query_one(FabricView).render().plain.splitlines()[0].split()
+        assert row == ["vm1", "vm2", "vm9", "vm10", "vm11"]

@@ -1,9 +1,10 @@
 """The fabric: super-spines, spines, leaves and VMs drawn as a leaf-spine diagram.
 
-Each link is a line coloured by its utilization (grey idle, green, yellow, orange, red at
-line rate); a down link is a red dotted line with an ``X`` in the middle; a link that dropped
-packets has a ``*`` in the middle. The selected link (``[``/``]``, arrows) is drawn bold and
-described under the drawing.
+Each link is a line coloured by its utilization; a down link is dotted with an ``X`` in the
+middle; a link that dropped packets has a ``*`` in the middle; a VM's label shows a CPU hog or a
+pause (colours and marks: ``tui.widgets.legend``). Nodes of a tier sort in natural order
+(vm2 before vm10). The selected link (``[``/``]``, arrows) is drawn bold and described under
+the drawing, above the legend.
 """
 from __future__ import annotations
 
@@ -15,18 +16,9 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from agents.owd import natural_key
 from tui.backend import LinkView, Snapshot
-
-SCALE = ((0.05, "grey50"), (0.3, "green"), (0.6, "yellow"), (0.85, "dark_orange"),
-         (9.0, "red"))
-
-
-def util_style(u: float) -> str:
-    """Colour of a link at utilization ``u`` (0..1)."""
-    for limit, colour in SCALE:
-        if u < limit:
-            return colour
-    return "red"
+from tui.widgets.legend import DOWN, DROPS, HOG, PAUSED, SWITCH, legend, util_style
 
 
 class FabricView(Widget, can_focus=True):
@@ -86,7 +78,8 @@ class FabricView(Widget, can_focus=True):
             return Text(f"waiting for the lab ({snap.state if snap else 'starting'}) ...",
                         style="italic")
         tiers = sorted({n.tier for n in snap.nodes}, reverse=True)
-        rows = {t: [n.name for n in snap.nodes if n.tier == t] for t in tiers}
+        rows = {t: sorted((n.name for n in snap.nodes if n.tier == t), key=natural_key)
+                for t in tiers}
         info_lines = 2
         draw_h = max(len(tiers), height - info_lines)
         gaps = len(tiers) - 1
@@ -114,11 +107,11 @@ class FabricView(Widget, can_focus=True):
                 label = label[: max(1, int(slot) - 1)]
                 x0 = max(0, min(width - len(label), x - len(label) // 2))
                 vm = snap.vm(n)
-                colour = "bold cyan" if t == 0 else "bold magenta" if t >= 2 else "bold blue"
+                colour = "bold cyan" if t == 0 else SWITCH
                 if vm and vm.paused:
-                    colour = "bold white on grey37"
+                    colour = PAUSED
                 elif vm and vm.hog:
-                    colour = "bold red"
+                    colour = HOG
                 for j, ch in enumerate(label):
                     grid[y][x0 + j] = ch
                     style[y][x0 + j] = colour
@@ -141,7 +134,7 @@ class FabricView(Widget, can_focus=True):
         (x1, y1), (x2, y2) = p, q
         if y1 < y2:
             (x1, y1), (x2, y2) = (x2, y2), (x1, y1)
-        colour = "red" if not lk.up else util_style(lk.utilization)
+        colour = DOWN if not lk.up else util_style(lk.utilization)
         if selected:
             colour = f"bold reverse {colour}"
         steps = y1 - y2
@@ -163,8 +156,7 @@ class FabricView(Widget, can_focus=True):
                     self._put(grid, style, x, y, "─" if lk.up else "·", colour)
         if cells and (not lk.up or lk.drops):
             x, y = cells[len(cells) // 2]
-            self._put(grid, style, x, y, "X" if not lk.up else "*",
-                      "bold red" if not lk.up else "bold magenta")
+            self._put(grid, style, x, y, "X" if not lk.up else "*", DOWN if not lk.up else DROPS)
 
     @staticmethod
     def _put(grid, style, x: int, y: int, ch: str, colour: str) -> None:
@@ -176,7 +168,7 @@ class FabricView(Widget, can_focus=True):
         t = Text()
         if lk is None:
             return t
-        state = Text(" up ", "bold green") if lk.up else Text(" DOWN ", "bold white on red")
+        state = Text(" up ", "bold green") if lk.up else Text(" DOWN ", DOWN)
         rate = f"{lk.bw_mbit:g}" if lk.bw_mbit else "unshaped"
         t.append(f"{self.snap.fabric} ", "cyan")
         t.append(f"[{lk.key}]", "bold")
@@ -184,19 +176,9 @@ class FabricView(Widget, can_focus=True):
         t.append(f" {lk.mbit:.1f}/{rate} Mbit/s ({lk.utilization:.0%})",
                  util_style(lk.utilization))
         t.append(f" {lk.tx_bytes / 1e6:.1f} MB")
-        t.append(f"  drops {lk.drops}", "magenta" if lk.drops else "")
+        t.append(f"  drops {lk.drops}", DROPS if lk.drops else "")
         if lk.loss_percent:
             t.append(f"  loss {lk.loss_percent:g}%", "yellow")
         t.append("\n")
-        scale = Text("util ")
-        for limit, colour in SCALE[:-1]:
-            scale.append("--", colour)
-            scale.append(f"<{limit:.0%} ")
-        scale.append("--", "red")
-        scale.append(" max  ")
-        scale.append(":X", "red")
-        scale.append(" down  ")
-        scale.append("*", "magenta")
-        scale.append(" drops")
-        t.append(scale)
+        t.append(legend())
         return t

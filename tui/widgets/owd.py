@@ -4,13 +4,10 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from agents.owd import natural_key
 from tui.backend import Snapshot
 
 HEAT = ("grey23", "dark_green", "green4", "yellow4", "dark_orange3", "red3")
-
-
-def _vm_key(v: str) -> tuple:
-    return (len(v), v)
 
 
 class OwdHeatmap(Static):
@@ -24,7 +21,7 @@ class OwdHeatmap(Static):
         if not snap.owd_us:
             return Text(f"No one-way delays yet (agents: {snap.agents}). They come from the "
                         "agents' probe mesh once it reports (agents/API.md).", style="italic")
-        vms = sorted({v for pair in snap.owd_us for v in pair.split("->")}, key=_vm_key)
+        vms = sorted({v for pair in snap.owd_us for v in pair.split("->")}, key=natural_key)
         vals = list(snap.owd_us.values())
         lo, hi = min(vals), max(vals)
         w = max(6, max(len(v) for v in vms) + 1)

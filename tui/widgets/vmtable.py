@@ -4,7 +4,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
+from agents.owd import natural_key
 from tui.backend import Snapshot, VMView
+from tui.widgets.legend import HOG, PAUSED
 
 COLUMNS = ("VM", "phys", "leaf", "CPU%", "offset ms", "ppm", "est ms", "err us", "est ppm",
            "err ppm", "state")
@@ -15,7 +17,8 @@ def _num(v: float | None, fmt: str) -> str:
 
 
 class VMTable(DataTable):
-    """One row per VM; the cursor row is the selected VM for VM faults."""
+    """One row per VM in natural order (vm2 before vm10); the cursor row is the selected VM
+    for VM faults."""
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
@@ -39,15 +42,15 @@ class VMTable(DataTable):
     def update_snapshot(self, snap: Snapshot) -> None:
         keep = self.cursor_row
         self.clear()
-        for v in snap.vms:
+        for v in sorted(snap.vms, key=lambda v: natural_key(v.name)):
             self.add_row(*self._row(v), key=v.name)
         if self.row_count:
             self.move_cursor(row=min(keep, self.row_count - 1))
 
     @staticmethod
     def _row(v: VMView) -> list:
-        state = Text("paused", "bold yellow") if v.paused else (
-            Text("hog", "bold red") if v.hog else Text("ok", "green"))
+        state = Text("paused", PAUSED) if v.paused else (
+            Text("hog", HOG) if v.hog else Text("ok", "green"))
         err = _num(v.err_offset_us, ".1f")
         err_t = Text(err, "red" if v.err_offset_us is not None and abs(v.err_offset_us) > 100
                      else "green" if v.err_offset_us is not None else "")
