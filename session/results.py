@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.messages import PacerReport
 from lab.capabilities import as_json
-from lab.events import Source
+from lab.events import Source, describe
 from lab.links import LINK_KEYS
 
 SCHEMA = "nslab.results/1"
@@ -661,8 +661,7 @@ def report(results: Results | Mapping) -> str:
         lines.append(f"    {host:8s} drift {drift} ppm  VMs {' '.join(members)}")
     lines.append("  timeline:")
     for ev in truth.faults:
-        params = " ".join(f"{k}={v}" for k, v in ev.params.items() if k != "at_ns")
-        lines.append(f"    {ev.t_s:7.2f} s  {ev.kind:11s} {ev.target} {params}")
+        lines.append(f"    {ev.t_s:7.2f} s  {ev.kind:11s} {describe('', ev.target, ev.params)}")
     if fid.samples and fid.cpu_busy and fid.softirq:
         lines.append("  " + fidelity_line(fid))
     for f in doc.load or []:

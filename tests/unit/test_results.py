@@ -61,8 +61,8 @@ def test_report_prints_the_real_document(doc):
     for line in [
         "  lab quickstart: 12 nodes, 4 VMs, 4 links; up in 0.645 s, down in 0.023 s",
         "    phys1    drift   -1.048 ppm  VMs vm1 vm2",
-        "       6.00 s  load        vm5->vm1 duration_s=4.0 mbit=None udp=False",
-        "      12.01 s  link_down   leaf1-spine1 ",
+        "       6.00 s  load        vm5->vm1: duration 4 s, TCP",
+        "      12.01 s  link_down   leaf1-spine1",
         "  fidelity: ok - CPU busy p50 52% max 100%, softirq max 48%",  # before per core
         "  load tcp vm5->vm1 at 6.0 s for 4.0 s: 93.138 Mbit/s",
         "  agents: CPU per agent p50 3.8% max 3.9% of a core, coordinator 7.2%; probes p50 "
