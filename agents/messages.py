@@ -140,6 +140,11 @@ class PacerDest(_Wire):
     """99th percentile one-way delay, us."""
     owd_samples: int = 0
     """OWD samples taken."""
+    probes_sent: int = 0
+    """OWD probes sent toward it."""
+    probes_lost: int = 0
+    """Probes sent toward it whose echo never came back (lost either way, or in flight at
+    the report): the share of a queue's drops that were the pacer's own."""
     holds: int = 0
     """Times its traffic was held."""
     held_ms: float = 0.0

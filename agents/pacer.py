@@ -161,6 +161,8 @@ class Pacer:
         self.tcp: dict = {}
         self.owd: dict[str, deque] = {}
         self.releases: dict[str, int] = {}
+        self.sent: dict[str, int] = {}
+        self.echoed: dict[str, int] = {}
         self.status = "starting"
         self.synced = False
         self.seq = 0
@@ -173,6 +175,7 @@ class Pacer:
             msg = _PROBE.pack(_MAGIC, _KIND_PROBE, self.seq, self.clock.now_ns())
             try:
                 self.sock.sendto(msg, (self.cfg.peers[dst], self.cfg.port))
+                self.sent[dst] = self.sent.get(dst, 0) + 1
             except OSError as e:
                 log.debug("probe to %s: %s", dst, e)
 
@@ -197,6 +200,7 @@ class Pacer:
                 _, _, _seq, tx, prx = _ECHO.unpack(data)
                 dst = self.by_ip.get(addr[0])
                 if dst is not None:
+                    self.echoed[dst] = self.echoed.get(dst, 0) + 1
                     self._sample(dst, tx, prx)
 
     def _sample(self, dst: str, tx: int, prx: int) -> None:
@@ -262,9 +266,11 @@ class Pacer:
                 continue
             p50, p99 = (np.percentile(x, [50, 99]) / 1e3).tolist() if x is not None and \
                 len(x) else (None, None)
+            sent = self.sent.get(name, 0)
             dests[name] = PacerDest(owd_us_p50=p50, owd_us_p99=p99,
                                     owd_samples=0 if x is None else len(x), holds=holds,
-                                    held_ms=held_ns / 1e6, tcp=tcp)
+                                    held_ms=held_ns / 1e6, tcp=tcp, probes_sent=sent,
+                                    probes_lost=max(0, sent - self.echoed.get(name, 0)))
         return PacerReport(name=self.cfg.name, t_ns=self.clock.now_ns(), mode=self.cfg.mode,
                            threshold_us=self.cfg.gate.threshold_ns / 1e3,
                            synced=self.synced, status=self.status, net=netstat().since(self.net0),

@@ -27,12 +27,14 @@ REPORT_WAIT_S = 5.0
 @dataclass
 class Sensed:
     """What the job's pacers sensed over the job: TCP segments retransmitted and RTOs in its
-    VMs, the largest OWD p99 (us) from one of its VMs toward another (None without pacers or
-    reports), and their last reports (VM -> ``PacerReport``)."""
+    VMs, the largest OWD p99 (us) from one of its VMs toward another, the pacers' own probes
+    between its VMs that were lost (part of a queue's drops; None without pacers or reports),
+    and their last reports (VM -> ``PacerReport``)."""
 
     retransmits: int | None = None
     rtos: int | None = None
     owd_p99_us: float | None = None
+    probes_lost: int | None = None
     reports: dict[str, PacerReport] = field(default_factory=dict)
 
 
@@ -62,8 +64,10 @@ def sensed(st: CoordinatorState | None, vms: list[str]) -> Sensed:
         return Sensed()
     owd = [d.owd_us_p99 for r in reps for k, d in r.dests.items()
            if k in vms and d.owd_us_p99 is not None]
+    lost = sum(d.probes_lost for r in reps for k, d in r.dests.items() if k in vms)
     return Sensed(retransmits=sum(r.net.retrans_segs for r in reps),
                   rtos=sum(r.net.timeouts for r in reps), owd_p99_us=max(owd, default=None),
+                  probes_lost=lost,
                   reports={v: st.pacers[v] for v in vms if v in st.pacers})
 
 

@@ -481,6 +481,8 @@ class TwoStepStep(_Model):
     completion_s: float | None = Field(description="the job's completion, s (VM clocks)")
     fabric_drops: int | None = Field(description="queue drops on every fabric and VM link "
                                                  "during the step, packets (the truth)")
+    probes_lost: int | None = Field(None, description="the pacers' own OWD probes between the "
+                                    "job's VMs that never came back: part of fabric_drops")
     retransmits: int | None = Field(description="TCP segments retransmitted in the job's "
                                                 "VMs (the pacers' sensing)")
     rtos: int | None = Field(description="TCP retransmission timeouts in the job's VMs")
@@ -755,7 +757,9 @@ def _two_step_report(doc: Results) -> list[str]:
             lines.append(f"    {st.name:12s} ERROR {st.error}")
             continue
         owd = f"{st.owd_p99_us:.0f} us" if st.owd_p99_us is not None else "-"
-        lines.append(f"    {st.name:12s} {st.completion_s:7.3f} s  drops {st.fabric_drops:5d}  "
+        probes = f" ({st.probes_lost} probes)" if st.probes_lost is not None else ""
+        lines.append(f"    {st.name:12s} {st.completion_s:7.3f} s  drops {st.fabric_drops:5d}"
+                     f"{probes}  "
                      f"retrans {st.retransmits if st.retransmits is not None else '-':>5}  "
                      f"RTOs {st.rtos if st.rtos is not None else '-':>3}  OWD p99 {owd:>9s}"
                      f"  {' '.join(st.vms)}{'' if st.verified else '  NOT VERIFIED'}")

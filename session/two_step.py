@@ -58,15 +58,16 @@ def run(lab: Lab, mesh: AgentMesh, spec: JobSpec, pacer: PacerSpec,
         steps: each step's entry is appended here as soon as it is done (a live view).
 
     Returns:
-        {"job", "steps": [{name, vms, completion_s, fabric_drops, retransmits, rtos,
-        owd_p99_us, verified, pacer, cc, error}], "ratios": {aware, aware_paced} (fractions
+        {"job", "steps": [{name, vms, completion_s, fabric_drops, probes_lost, retransmits,
+        rtos, owd_p99_us, verified, pacer, cc, error}], "ratios": {aware, aware_paced} (fractions
         of naive's completion; null when a step has none), "seed_ratios"}.
     """
     steps = [] if steps is None else steps
     reports = {}
     for name, policy, mode, cc in STEPS:
         entry = {"name": name, "pacer": mode, "cc": cc or spec.cc, "vms": [], "completion_s": None,
-                 "fabric_drops": None, "retransmits": None, "rtos": None, "owd_p99_us": None,
+                 "fabric_drops": None, "probes_lost": None, "retransmits": None, "rtos": None,
+                 "owd_p99_us": None,
                  "verified": False, "error": None}
         try:
             vms = choose(policy)
@@ -80,7 +81,7 @@ def run(lab: Lab, mesh: AgentMesh, spec: JobSpec, pacer: PacerSpec,
             entry.update(completion_s=job["completion_s"], verified=job["verified"],
                          error=job["error"], fabric_drops=count_drops() - before,
                          retransmits=sensed.retransmits, rtos=sensed.rtos,
-                         owd_p99_us=sensed.owd_p99_us)
+                         owd_p99_us=sensed.owd_p99_us, probes_lost=sensed.probes_lost)
             if mode == "pace":
                 reports = sensed.reports
         except (LabError, ValueError) as e:  # the story goes on; the step says what failed

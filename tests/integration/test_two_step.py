@@ -37,6 +37,7 @@ def test_every_step_runs_verified_with_drops_and_sensing(doc):
         assert s.error is None and s.verified, s
         assert s.completion_s > 0 and s.fabric_drops >= 0
         assert s.retransmits is not None and s.rtos is not None and s.owd_p99_us > 0, s
+        assert s.probes_lost is not None and s.probes_lost >= 0, s
     # the aware steps run on one VM per detected host; naive shares hosts (2 VMs per host)
     placements = doc.truth.placements
     aware = steps["aware"].vms
@@ -56,4 +57,5 @@ def test_the_paced_step_reports_its_pacers(doc):
         assert rep.mode == "pace" and rep.name == vm
         # every pacer measured OWD toward the job's other VMs while the job ran
         assert {d for d, st in rep.dests.items() if st.owd_samples} == set(aware) - {vm}, rep
+        assert all(st.probes_sent >= st.owd_samples for st in rep.dests.values()), rep
     assert doc.teardown.clean
