@@ -140,6 +140,8 @@ class PacerDest(_Wire):
     """99th percentile one-way delay, us."""
     owd_samples: int = 0
     """OWD samples taken."""
+    above_threshold: int = 0
+    """OWD samples above the threshold T (only these can start or extend a hold)."""
     probes_sent: int = 0
     """OWD probes sent toward it."""
     probes_lost: int = 0

@@ -163,6 +163,7 @@ class Pacer:
         self.releases: dict[str, int] = {}
         self.sent: dict[str, int] = {}
         self.echoed: dict[str, int] = {}
+        self.above: dict[str, int] = {}
         self.status = "starting"
         self.synced = False
         self.seq = 0
@@ -213,6 +214,8 @@ class Pacer:
         owd = (prx - self.sync.theta_ns(dst, prx)) - (tx - self.sync.theta_ns(self.cfg.name, tx))
         with self.lock:
             self.owd.setdefault(dst, deque(maxlen=_SAMPLES)).append(owd)
+        if owd > self.cfg.gate.threshold_ns:
+            self.above[dst] = self.above.get(dst, 0) + 1
         if self.holder is None:
             self.status = "sensing (mode sense): gate off"
             return
@@ -270,6 +273,7 @@ class Pacer:
             dests[name] = PacerDest(owd_us_p50=p50, owd_us_p99=p99,
                                     owd_samples=0 if x is None else len(x), holds=holds,
                                     held_ms=held_ns / 1e6, tcp=tcp, probes_sent=sent,
+                                    above_threshold=self.above.get(name, 0),
                                     probes_lost=max(0, sent - self.echoed.get(name, 0)))
         return PacerReport(name=self.cfg.name, t_ns=self.clock.now_ns(), mode=self.cfg.mode,
                            threshold_us=self.cfg.gate.threshold_ns / 1e3,
