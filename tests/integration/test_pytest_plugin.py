@@ -163,3 +163,32 @@ def test_ctrl_c_tears_the_lab_down(pytester):
     assert "KeyboardInterrupt" in out
     assert lab_netns(name) == [] and not alive(int(pid))
     assert (pytester.path / "nslab-artifacts" / "test_int.py_test_interrupted" / name).is_dir()
+
+
+SCENARIO = """
+name: pt_scen
+seed: 2
+duration_s: 30
+topology: {spines: 1, leaves: 2, vms_per_leaf: 1}
+placement: {vms_per_host: 1}
+agents: {enabled: true, rate: 50, window_s: 1}
+faults:
+  - {at_s: 0.2, kind: clock_step, vm: vm2, step_ms: 1}
+"""
+
+
+def test_a_scenario_runs_its_session_under_the_fixture(nslab_lab, tmp_path):
+    from nslab_pytest import inject, truth, wait_agents
+    path = tmp_path / "s.yaml"
+    path.write_text(SCENARIO)
+    lab = nslab_lab(str(path))  # the Session: timeline, agents
+    assert lab.name.startswith("t") and lab.name != "pt_scen"  # unique, not the scenario's
+    state = wait_agents(lab, lambda s: set(s.vms) == {"vm1", "vm2"} and s.windows >= 1,
+                        timeout_s=30)
+    assert state.reference in ("vm1", "vm2")
+    inject(lab, {"kind": "link_down", "link": ["leaf2", "spine1"]})
+    faults = [(e.kind, e.target, e.source) for e in truth(lab).faults
+              if e.kind in ("clock_step", "link_down")]
+    assert faults == [("clock_step", "vm2", "timeline"), ("link_down", "leaf2-spine1", "test")]
+    assert "100% packet loss" in lab["vm1"].cmd("ping -c1 -W1 10.2.1.2")
+    assert truth(lab).placements == {"vm1": "phys1", "vm2": "phys2"}
