@@ -12,13 +12,20 @@ fire late and packets wait in the kernel instead of in the emulated queues.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import psutil
 
 from lab.queues import QueueReading
 from lab.saturation import Interval, link_interval, summarize
+from lab.series import downsample
+
+SERIES_POINTS = 240
+"""At most this many points in the fidelity section's ``series`` (2 min at 0.5 s)."""
+IDLE_BELOW = 0.01
+"""A direction whose utilization stays below this fraction is left out of ``series``."""
 
 _FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 """The CPU times that add up to a core's time (guest time is counted in user and nice)."""
@@ -52,6 +59,7 @@ class FidelitySampler:
     def __init__(self, interval_s: float = 0.25):
         self.interval_s = interval_s
         self.intervals: list[Interval] = []
+        self.ends_ns: list[int] = []
         self._queues: Callable[[], Mapping[str, QueueReading]] | None = None
         self._queues_error: str | None = None
         self._stop = threading.Event()
@@ -110,14 +118,47 @@ class FidelitySampler:
             if fracs is None:
                 continue
             busy, soft = fracs
+            self.ends_ns.append(time.time_ns())
             self.intervals.append(Interval(
                 core_busy=tuple(float(x) for x in busy[1:]),
                 core_softirq=tuple(float(x) for x in soft[1:]),
                 busy=float(busy[0]), softirq=float(soft[0]), links=links))
 
-    def summary(self) -> dict:
+    def summary(self, t0_ns: int | None = None) -> dict:
         """``lab.saturation.summarize`` of the intervals so far (the results' fidelity
-        section)."""
-        return summarize(list(self.intervals), self.interval_s,
-                         links_read=self._queues is not None,
-                         links_error=self._queues_error)
+        section); with ``t0_ns`` (the lab's bring-up, ns CLOCK_REALTIME) also its ``series``
+        (``series``) of the intervals that ended after it."""
+        intervals, ends = list(self.intervals), list(self.ends_ns)
+        out = summarize(intervals, self.interval_s, links_read=self._queues is not None,
+                        links_error=self._queues_error)
+        if t0_ns:
+            n = min(len(intervals), len(ends))
+            after = [k for k in range(n) if ends[k] > t0_ns]
+            out["series"] = series([intervals[k] for k in after],
+                                   [(ends[k] - t0_ns) / 1e9 for k in after])
+        return out
+
+
+def series(intervals: Sequence[Interval], ends_s: Sequence[float],
+           max_points: int = SERIES_POINTS) -> dict:
+    """The fidelity section's ``series`` (``session.results.FidelitySeries``): ``t_s`` (end
+    of each point, s after bring-up), ``cpu_busy`` and ``busiest_core`` (busy fraction of all
+    cores, of the busiest core) and ``links`` (by direction ``a->b``: rate sent / configured
+    rate, Ethernet headers counted, null where not read; directions that never reached
+    ``IDLE_BELOW`` left out), each the mean of a run of intervals (``lab.series``).
+
+    Args:
+        intervals: the sampler's intervals, in time order.
+        ends_s: when each ended, s after bring-up.
+        max_points: at most this many points.
+    """
+    labels = sorted({k for i in intervals for k in i.links})
+    links = {k: downsample([i.links[k].sent_mbit / i.links[k].bw_mbit if k in i.links
+                            else None for i in intervals], max_points, digits=3)
+             for k in labels}
+    return {"t_s": downsample(list(ends_s), max_points, how="last", digits=2),
+            "cpu_busy": downsample([i.busy for i in intervals], max_points, digits=3),
+            "busiest_core": downsample([max(i.core_busy) for i in intervals], max_points,
+                                       digits=3),
+            "links": {k: v for k, v in links.items()
+                      if max((x for x in v if x is not None), default=0) >= IDLE_BELOW}}

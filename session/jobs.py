@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from lab.errors import LabError
+from lab.series import downsample
 from workloads.config import DDP, JobConfig
 from workloads.job import Job, Spawn
 
@@ -30,6 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["DDP", "PORT", "collocation_aware", "finish", "launch", "naive", "run",
            "run_together", "shared_host_ranks", "vm_spawn"]
 
+JOB_SERIES_POINTS = 1000
+"""At most this many points in a job entry's ``iteration_times_s`` and ``comm_times_s``."""
 PORT = 7800  # every rank listens on this port of its VM (DDP: rank 0's is the rendezvous)
 
 
@@ -108,6 +111,8 @@ def finish(lab: Lab, job: Job) -> dict:
             "compute_units", "completion_s", "iteration_s", "comm_s", "algbw_bit_s",
             "busbw_bit_s", "wall_s", "verified", "error", "failed_ranks")
     entry = {k: summary[k] for k in keep}
+    for k in ("iteration_times_s", "comm_times_s"):
+        entry[k] = summary[k] and downsample(summary[k], JOB_SERIES_POINTS, how="max")
     vms = [job.placement[r] for r in range(job.world)]
     entry["placement"] = {"vms": vms, "phys": [lab.phys[v] for v in vms],
                           "shared_host_ranks": shared_host_ranks(vms, lab.phys)}
@@ -129,7 +134,9 @@ def run(lab: Lab, name: str, config: JobConfig, vms: Sequence[str]) -> dict:
     Returns:
         name, collective (``config.DDP_LABEL`` for ddp), nccl_name, world, bytes (nccl-tests
         size), dtype, iterations, compute_units, completion_s (s), iteration_s and comm_s
-        ({p50, p90, p99, max, mean}, s), algbw_bit_s, busbw_bit_s, wall_s, verified, error,
+        ({p50, p90, p99, max, mean}, s), iteration_times_s and comm_times_s (per iteration,
+        its slowest rank, s; at most ``JOB_SERIES_POINTS``, each the largest of a run of
+        consecutive iterations when more), algbw_bit_s, busbw_bit_s, wall_s, verified, error,
         failed_ranks, placement {vms, phys, shared_host_ranks}; job failures are in ``error``.
 
     Raises:

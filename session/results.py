@@ -130,6 +130,20 @@ class QueueLoad(_Model):
                                           "queued while a core was >= 90 % busy")
 
 
+class FidelitySeries(_Model):
+    """The fidelity samples over time, from bring-up on; at most 240 points, each the mean
+    of a run of consecutive samples (``lab.fidelity.series``)."""
+
+    t_s: list[float] = Field(description="end of each point, s after bring-up")
+    cpu_busy: list[float | None] = Field(description="busy fraction of all cores, 0-1")
+    busiest_core: list[float | None] = Field(description="busy fraction of the busiest core, "
+                                                         "0-1")
+    links: dict[str, list[float | None]] = Field(
+        description='by shaped direction "a->b": rate sent / configured rate (utilization, '
+                    "0-1, Ethernet headers counted); null where not read; directions below "
+                    "1 % throughout left out")
+
+
 class Fidelity(_Model):
     """Was the machine saturated while the scenario ran, and where? With no sample only
     ``samples`` (0) is set; the rest is null. Rules: ``lab/saturation.py``."""
@@ -151,6 +165,8 @@ class Fidelity(_Model):
     saturated: bool | None = Field(description="saturated_share >= 0.25 or a queue "
                                                "cpu_limited: timing results are not "
                                                "trustworthy; null without samples")
+    series: FidelitySeries | None = Field(None, description="the samples over time (CPU, "
+                                          "link utilization); null when not kept")
 
 
 class LabSection(_Model):
@@ -291,6 +307,18 @@ class ChronySync(SyncErrors):
                                                   "never")
 
 
+class SyncSeries(_Model):
+    """The offset errors per estimation window, by VM (the reference left out); at most 150
+    windows (the last of each run of windows when more)."""
+
+    t_s: list[float] = Field(description="window centre, true time, s after bring-up")
+    offset_error_us: dict[str, list[float | None]] = Field(
+        description="by VM: nslab's offset estimate - truth, us (signed); null where the VM "
+                    "had no estimate")
+    baseline_ntp_offset_error_us: dict[str, list[float | None]] = Field(
+        description="by VM: the NTP-style estimate - truth, us (signed), same probes")
+
+
 class SyncSection(SyncErrors):
     """nslab's clock estimates (Huygens) against the truth, and an NTP-style baseline on the
     same probes. Drift of the last ``drift_windows // 2`` windows (provisional in the
@@ -306,6 +334,8 @@ class SyncSection(SyncErrors):
                                                   "the first window from which every window's "
                                                   "offset errors stay within converged_us; "
                                                   "null: never")
+    series: SyncSeries | None = Field(None, description="offset errors over time, per VM; "
+                                      "null when not kept")
 
 
 class OwdPair(_Model):
@@ -394,6 +424,12 @@ class JobEntry(_Model):
                                                    "iteration, s (VM clocks)")
     iteration_s: Percentiles | None = Field(None, description="iteration time, s")
     comm_s: Percentiles | None = Field(None, description="collective time, s")
+    iteration_times_s: list[float] | None = Field(
+        None, description="per timed iteration in order, its slowest rank's time, s; at most "
+        "1000 points (each the largest of a run of consecutive iterations when more)")
+    comm_times_s: list[float] | None = Field(
+        None, description="per timed iteration, its slowest rank's collective time, s; "
+        "points as iteration_times_s")
     algbw_bit_s: float | None = Field(None, description="nccl-tests algbw, bit/s")
     busbw_bit_s: float | None = Field(None, description="nccl-tests busbw, bit/s")
     wall_s: float | None = Field(None, description="launch to last exit, s (host clock)")

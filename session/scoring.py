@@ -15,6 +15,11 @@ import numpy as np
 
 from agents.clock import ClockSpec
 from agents.collocation import precision_recall
+from agents.owd import natural_key
+from lab.series import downsample
+
+SYNC_SERIES_POINTS = 150
+"""At most this many windows in ``sync.series`` (every k-th window when more)."""
 
 
 def true_time(ref: ClockSpec, ref_ns: int) -> int:
@@ -49,7 +54,7 @@ def _stats(errors: list[float], digits: int) -> dict:
 def sync_section(history: list[dict], clocks: dict[str, ClockSpec], reference: str,
                  start_true_ns: int, converged_us: float = 10.0,
                  skip_windows: int = 1, window_s: float = 2.0,
-                 provisional_windows: int = 0) -> dict:
+                 provisional_windows: int = 0, t0_ns: int | None = None) -> dict:
     """The results' ``sync`` section.
 
     Args:
@@ -65,6 +70,7 @@ def sync_section(history: list[dict], clocks: dict[str, ClockSpec], reference: s
             after its centre ``t_ns``.
         provisional_windows: last windows whose drift the coordinator will still revise
             (``drift_windows // 2``, API.md): left out of the drift statistics.
+        t0_ns: the lab's bring-up (true time, ns): with it, ``series`` too.
 
     Returns:
         ``offset_error_us``, ``drift_error_ppm`` (p50/p99/max/n of |error|; drift over the
@@ -72,9 +78,12 @@ def sync_section(history: list[dict], clocks: dict[str, ClockSpec], reference: s
         estimate and under ``baseline_ntp`` for the NTP-style one on the same probes;
         ``converged_s``: seconds from ``start_true_ns`` to the end of the first window from
         which every later window has all |offset errors| <= ``converged_us`` (None if
-        never).
+        never); with ``t0_ns``, ``series``: per window (at most ``SYNC_SERIES_POINTS``, the
+        last of each run of windows) its centre ``t_s`` (true time, s after bring-up) and
+        by VM the signed offset errors, estimate - truth (us), of nslab
+        (``offset_error_us``) and of the baseline (``baseline_ntp_offset_error_us``).
     """
-    per_window = []
+    per_window, by_vm = [], {"off": {}, "ntp_off": {}}
     for entry in history:
         truth = truth_at(clocks, reference, entry.t_ns)
         t_true = true_time(clocks[reference], entry.t_ns)
@@ -85,9 +94,11 @@ def sync_section(history: list[dict], clocks: dict[str, ClockSpec], reference: s
             off, drift = truth[vm]
             errs["off"].append((est.offset_ns - off) / 1e3)
             errs["drift"].append(est.drift_ppm - drift)
+            by_vm["off"].setdefault(vm, {})[len(per_window)] = errs["off"][-1]
             if est.ntp_offset_ns is not None:
                 errs["ntp_off"].append((est.ntp_offset_ns - off) / 1e3)
                 errs["ntp_drift"].append(est.ntp_drift_ppm - drift)
+                by_vm["ntp_off"].setdefault(vm, {})[len(per_window)] = errs["ntp_off"][-1]
         per_window.append((t_true, errs))
     scored = per_window[skip_windows:]
     final = scored[:len(scored) - provisional_windows]
@@ -99,12 +110,23 @@ def sync_section(history: list[dict], clocks: dict[str, ClockSpec], reference: s
                for _, w in per_window[i:]):
             converged = round((t_true - start_true_ns) / 1e9 + window_s / 2, 2)
             break
-    return {"reference": reference, "windows": len(per_window),
-            "offset_error_us": _stats(pool["off"], 3),
-            "drift_error_ppm": _stats(pool["drift"], 4),
-            "baseline_ntp": {"offset_error_us": _stats(pool["ntp_off"], 3),
-                             "drift_error_ppm": _stats(pool["ntp_drift"], 4)},
-            "converged_us": converged_us, "converged_s": converged}
+    out = {"reference": reference, "windows": len(per_window),
+           "offset_error_us": _stats(pool["off"], 3),
+           "drift_error_ppm": _stats(pool["drift"], 4),
+           "baseline_ntp": {"offset_error_us": _stats(pool["ntp_off"], 3),
+                            "drift_error_ppm": _stats(pool["ntp_drift"], 4)},
+           "converged_us": converged_us, "converged_s": converged}
+    if t0_ns is not None:
+        n, pts = len(per_window), SYNC_SERIES_POINTS
+
+        def per_vm(errs: dict[str, dict[int, float]]) -> dict[str, list]:
+            return {vm: downsample([e.get(i) for i in range(n)], pts, how="last", digits=3)
+                    for vm, e in sorted(errs.items(), key=lambda kv: natural_key(kv[0]))}
+        out["series"] = {"t_s": downsample([(t - t0_ns) / 1e9 for t, _ in per_window], pts,
+                                           how="last", digits=2),
+                         "offset_error_us": per_vm(by_vm["off"]),
+                         "baseline_ntp_offset_error_us": per_vm(by_vm["ntp_off"])}
+    return out
 
 
 def truth_groups(phys: dict[str, str]) -> list[list[str]]:
@@ -139,7 +161,8 @@ def agent_sections(lab, mesh, watcher, cost: dict) -> dict:
         "agents": cost,
         "sync": sync_section(state.history, lab.clocks.specs, state.reference,
                              mesh.started_ns, window_s=state.window_s,
-                             provisional_windows=state.drift_windows // 2),
+                             provisional_windows=state.drift_windows // 2,
+                             t0_ns=lab.t0_ns),
         "owd_us": {"pairs": {k: v.model_dump() for k, v in state.owd_us.items()},
                    "asymmetry_us": dict(state.asymmetry_us)},
         "collocation": collocation_section(state.collocation.groups, lab.phys,

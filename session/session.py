@@ -453,4 +453,4 @@ class Session:
                                  "reports": {k: r.model_dump() for k, r in
                                              self.pacer_reports.items()}}
         return results.document(self.sc, self.source, self.lab, self.capabilities,
-                                self.sampler.summary(), self.placements, **sections)
+                                self.sampler.summary(self.lab.t0_ns), self.placements, **sections)

@@ -11,8 +11,9 @@ them with a timeout, and returns a summary (schema ``nslab.job/1``) whose core f
     op, root, iterations, warmup, compute_units, conns_per_peer, completion_s (the slowest
     rank's first-to-last timed iteration, VM clocks), iteration_s and comm_s ({p50, p90, p99,
     max, mean}, s, over iterations, ``stats.percentiles``; each iteration counts as its
-    slowest rank's duration), algbw_bit_s and busbw_bit_s (nccl-tests: size / mean collective
-    time, averaged over ranks as its default ``-a 1``; busbw = algbw * bus_factor),
+    slowest rank's duration), iteration_times_s and comm_times_s (per timed iteration, in
+    order, its slowest rank's duration, s), algbw_bit_s and busbw_bit_s (nccl-tests: size /
+    mean collective time, averaged over ranks as its default ``-a 1``; busbw = algbw * bus_factor),
     bus_factor, wall_s (launch to last exit, host clock), verified (every rank verified every
     iteration), error (None, or the ranks' errors with root causes first: ranks without a
     report, then config/unreachable/timeout, then lost peers), failed_ranks, ranks (per rank:
@@ -307,12 +308,15 @@ class Job:
         size = self.rank_config.nbytes
         factor = coll.bus_factor(algorithm, self.world)
         completion = iteration = comm = algbw = busbw = None
+        times = {"iteration_times_s": None, "comm_times_s": None}
         if ok:
             good = [d for d in docs if d is not None]
             comms = np.array([d["comm_s"] for d in good], dtype=float)
             completion = float(max(d["elapsed_s"] for d in good))
-            iteration = percentiles(np.max([d["iteration_s"] for d in good], axis=0))
-            comm = percentiles(comms.max(axis=0))
+            iterations = np.max([d["iteration_s"] for d in good], axis=0)
+            iteration, comm = percentiles(iterations), percentiles(comms.max(axis=0))
+            times = {"iteration_times_s": iterations.tolist(),
+                     "comm_times_s": comms.max(axis=0).tolist()}
             t = float(comms.mean(axis=1).mean())
             if t > 0:
                 algbw = 8.0 * size / t
@@ -330,7 +334,7 @@ class Job:
             "root": c.root if algorithm in coll.ROOTED else None,
             "iterations": c.iterations, "warmup": c.warmup,
             "compute_units": c.compute_units, "conns_per_peer": c.conns_per_peer,
-            "completion_s": completion, "iteration_s": iteration, "comm_s": comm,
+            "completion_s": completion, "iteration_s": iteration, "comm_s": comm, **times,
             "algbw_bit_s": algbw, "busbw_bit_s": busbw, "bus_factor": factor,
             "wall_s": wall_s, "verified": ok,
             "error": "; ".join(row["error"] for row in causes) if causes else None,

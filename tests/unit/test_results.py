@@ -45,8 +45,11 @@ def test_dump_round_trips_the_real_document(doc):
     assert set(out) == set(doc)
     assert out["schema"] == R.SCHEMA
     # values are unchanged; fields the producer left out come back as null (or the default)
-    assert out["sync"] == {**doc["sync"], "chrony": None}  # no chrony section in this run
-    assert out["jobs"] == [{**j, "edge": None} for j in doc["jobs"]]  # no pacers in this run
+    # no chrony, no pacers in this run; written before the series existed
+    assert out["sync"] == {**doc["sync"], "chrony": None, "series": None}
+    assert out["jobs"] == [{**j, "edge": None, "iteration_times_s": None, "comm_times_s": None}
+                           for j in doc["jobs"]]
+    assert out["lab"]["fidelity"]["series"] is None
     assert out["load"][0]["error"] is None and out["load"][0]["lost_percent"] is None
     assert out["lab"]["links"][0]["delay"] is None
     assert out["truth"]["faults"][0]["source"] == "lab"
