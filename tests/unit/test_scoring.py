@@ -54,7 +54,24 @@ def test_sync_errors_and_convergence():
     assert s["baseline_ntp"]["offset_error_us"]["p50"] == pytest.approx(50.0, abs=0.01)
     assert s["converged_s"] == pytest.approx(7.0, abs=0.01)  # window 3: centre 6 s, end 7 s
     never = sync_section(history(c, lambda k: 100_000), c, "vm1", T0)
-    assert never["converged_s"] is None
+    assert never["converged_s"] is None and "series" not in never
+
+
+def test_sync_series_are_the_signed_errors_per_window_and_vm():
+    c = clocks()
+    hist = history(c, lambda k: -3_000 * (k + 1))  # -3 us, -6 us, ...; NTP-style +50 us
+    hist[2].vms["vm3"].ntp_offset_ns = None        # vm3 had no NTP-style estimate there
+    s = sync_section(hist, c, "vm1", T0, t0_ns=T0 - 1 * S)
+    series = s["series"]
+    # window k's centre: true time when vm1's clock read T0 + (k+1)*2 s, after bring-up at
+    # T0 - 1 s (vm1 runs 4 ms ahead, 20 ppm fast: 4 ms + 20 ppm of the elapsed time early)
+    assert series["t_s"] == [pytest.approx(1 + 2 * (k + 1) - 0.004, abs=0.01) for k in range(6)]
+    assert list(series["offset_error_us"]) == ["vm2", "vm3"]  # the reference left out
+    for vm in ("vm2", "vm3"):
+        assert series["offset_error_us"][vm] == pytest.approx([-3.0 * (k + 1) for k in range(6)],
+                                                              abs=1e-3)
+    assert series["baseline_ntp_offset_error_us"]["vm2"] == pytest.approx([50.0] * 6, abs=1e-3)
+    assert series["baseline_ntp_offset_error_us"]["vm3"][2] is None
 
 
 def test_collocation_against_truth():

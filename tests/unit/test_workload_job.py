@@ -196,6 +196,11 @@ def test_run_job_of_local_processes():
     assert set(s["iteration_s"]) == {"p50", "p90", "p99", "max", "mean"}
     assert 0 < s["iteration_s"]["p50"] <= s["iteration_s"]["p99"] <= s["iteration_s"]["max"]
     assert s["completion_s"] >= s["iteration_s"]["max"]
+    # per iteration, its slowest rank: the percentiles are those of this series
+    per_rank = [w["iteration_s"] for w in s["workers"]]
+    assert s["iteration_times_s"] == [max(r[i] for r in per_rank) for i in range(3)]
+    assert max(s["iteration_times_s"]) == s["iteration_s"]["max"]
+    assert s["comm_times_s"] == [max(w["comm_s"][i] for w in s["workers"]) for i in range(3)]
     assert s["busbw_bit_s"] == pytest.approx(s["algbw_bit_s"] * 4 / 3)
     assert all(row["exit_code"] == 0 for row in s["ranks"])
     flows = s["workers"][1]["flows"]
