@@ -7,10 +7,11 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.nslab-installed
 # command -> Debian package that provides it (tshark: the tests read captures with the
-# probe format's Wireshark dissector, tools/wireshark/nslab_probe.lua)
+# probe format's Wireshark dissector, tools/wireshark/nslab_probe.lua; chromium: the tests
+# open nslab report's HTML page in a headless browser, tests/unit/test_report_browser.py)
 DEB_CMDS := mnexec:mininet ip:iproute2 tc:iproute2 nft:nftables iperf3:iperf3 \
             tcpdump:tcpdump tshark:tshark ifconfig:net-tools ping:iputils-ping ps:procps \
-            gcc:gcc make:make
+            gcc:gcc make:make chromium:chromium
 SCENARIO ?= quickstart
 
 .PHONY: setup system-packages vmclock chrony lab test unit integration tui bench clean
