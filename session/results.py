@@ -140,7 +140,8 @@ class FidelitySeries(_Model):
                                                          "0-1")
     links: dict[str, list[float | None]] = Field(
         description='by shaped direction "a->b": rate sent / configured rate (utilization, '
-                    "0-1, Ethernet headers counted); null where not read; directions below "
+                    "0-1, Ethernet headers counted; a point may read a little above 1 when "
+                    "the counters were read late); null where not read; directions below "
                     "1 % throughout left out")
 
 

@@ -67,6 +67,40 @@ def test_quickstart_end_to_end(tmp_path):
     assert lab_netns("quickstart") == []
     for section in ("clock sync vs truth", "collocation:", "collocation-aware placement"):
         assert section in r.stdout
+    check_report_series(doc, tmp_path)
+
+
+def check_report_series(doc: dict, tmp_path) -> None:
+    """The series behind nslab report's plots, against the statistics and the load of the
+    same run, and the report made from them."""
+    sync = doc["sync"]
+    series = sync["series"]
+    vms = {v["name"] for v in doc["lab"]["vms"]}
+    assert set(series["offset_error_us"]) == vms - {sync["reference"]}
+    assert len(series["t_s"]) == sync["windows"]
+    scored = [abs(e) for errs in series["offset_error_us"].values() for e in errs[1:]
+              if e is not None]  # the statistics leave the first window out
+    assert len(scored) == sync["offset_error_us"]["n"]
+    assert max(scored) == sync["offset_error_us"]["max"]
+    for job in doc["jobs"]:
+        assert len(job["iteration_times_s"]) == job["iterations"]
+        assert max(job["iteration_times_s"]) == pytest.approx(job["iteration_s"]["max"],
+                                                              abs=1e-6)
+    # the load's TCP flow into vm1 (quickstart: vm5 -> vm1, 6-10 s) seen twice: iperf3's
+    # goodput at the receiver, and vm1's downlink utilization from its qdisc's counters
+    # (Ethernet headers counted: TCP goodput tops out at 95.6 % of the rate)
+    flow = doc["load"][0]
+    fid = doc["lab"]["fidelity"]["series"]
+    during = [u for t, u in zip(fid["t_s"], fid["links"][f"leaf1->{flow['dst']}"], strict=True)
+              if flow["at_s"] + 1 <= t <= flow["at_s"] + flow["duration_s"] and u is not None]
+    assert len(during) >= 4, fid
+    assert abs(sum(during) / len(during) * 100 * 0.956 - flow["mbit"]) < 20, (during, flow)
+    out = tmp_path / "q.html"
+    assert subprocess.run([*NSLAB, "report", str(tmp_path / "q.json"), "--html", str(out)],
+                          capture_output=True, timeout=60).returncode == 0
+    html = out.read_text()
+    for key in ("timeline", "clock_error", "owd", "iterations", "links", "cpu"):
+        assert f'id="fig-{key}"' in html
 
 
 def send_from(vm, dst: tuple[str, int], datagrams: list[bytes]) -> None:
