@@ -5,7 +5,8 @@ topology, job ranks within its VMs, job sets and two_step that name real jobs.
 that failed validation is None, and so is an item of ``faults``, ``load`` or ``jobs`` that
 failed (its own error is reported elsewhere); ``topo`` is None when the topology could not be
 built. A check whose inputs are unknown is skipped, so no problem is reported twice or
-guessed from a default.
+guessed from a default; ``invalid_entry_times`` reads the ``at_s`` of an invalid fault or
+flow from the file, so a late one is reported with its entry's other problems.
 """
 from __future__ import annotations
 
@@ -54,6 +55,32 @@ def _items(sc: Scenario, section: str):
     return [(i, x) for i, x in enumerate(getattr(sc, section) or []) if x is not None]
 
 
+def _late(entry: tuple, at_s: float, end: float) -> Explained:
+    return Explained((*entry, "at_s"), f"{at_s:g} s is after the scenario ends (duration_s: "
+                                       f"{end:g})",
+                     f"use at_s from 0 to {end:g}, or a longer duration_s")
+
+
+def invalid_entry_times(sc: Scenario, data: dict, error_paths: set[tuple]) -> list[Explained]:
+    """``at_s`` after the end in the ``faults`` and ``load`` entries that failed validation
+    (None in ``sc``) on another field: their ``at_s`` read from the file's ``data`` when it
+    is a number and no error of ``error_paths`` (file paths) is on it, so a late entry is
+    reported with its other problems, not after they are fixed."""
+    end = sc.duration_s
+    out = []
+    for section in ("faults", "load"):
+        raw, parsed = data.get(section), getattr(sc, section) or []
+        if end is None or not isinstance(raw, list):
+            continue
+        for i, entry in enumerate(raw):
+            at = entry.get("at_s") if isinstance(entry, dict) else None
+            if (i >= len(parsed) or parsed[i] is None) and isinstance(at, int | float) \
+                    and not isinstance(at, bool) and (section, i, "at_s") not in error_paths \
+                    and at > end:
+                out.append(_late((section, i), at, end))
+    return out
+
+
 def _times(sc: Scenario) -> list[Explained]:
     end = sc.duration_s
     if end is None:
@@ -62,16 +89,14 @@ def _times(sc: Scenario) -> list[Explained]:
     after = f"after the scenario ends (duration_s: {end:g})"
     for i, f in _items(sc, "faults"):
         if f.at_s > end:
-            out.append(Explained(("faults", i, "at_s"), f"{f.at_s:g} s is {after}",
-                                 f"use at_s from 0 to {end:g}, or a longer duration_s"))
+            out.append(_late(("faults", i), f.at_s, end))
         elif f.kind == "flap" and f.at_s + f.count * (f.down_s + f.up_s) - f.up_s > end:
             last = f.at_s + f.count * (f.down_s + f.up_s) - f.up_s
             out.append(Explained(("faults", i), f"the flap's last link_up, at {last:g} s, is "
                                                 f"{after}", "fewer flaps or a longer duration_s"))
     for i, flow in _items(sc, "load"):
         if flow.at_s > end:
-            out.append(Explained(("load", i, "at_s"), f"{flow.at_s:g} s is {after}",
-                                 f"use at_s from 0 to {end:g}, or a longer duration_s"))
+            out.append(_late(("load", i), flow.at_s, end))
         elif flow.at_s + flow.duration_s > end:
             out.append(Explained(("load", i, "duration_s"),
                                  f"the flow ends at {flow.at_s + flow.duration_s:g} s, {after}",

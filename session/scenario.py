@@ -33,7 +33,7 @@ from lab.fabric import FabricMode
 from lab.tc import LinkParams, parse_time_us
 from session import yamlmarks
 from session.chrony import ChronySpec
-from session.crosscheck import cross_check
+from session.crosscheck import cross_check, invalid_entry_times
 from session.daemons import AgentsSpec, PacerSpec
 from session.explain import Explained, explain, file_path
 from session.load import Flow
@@ -288,6 +288,8 @@ def load(name_or_path: str | None) -> tuple[Scenario, Topo]:
     except ValidationError as e:
         sc, partial = None, _salvage(doc.data, e.errors())
         found += explain(Scenario, e.errors())
+        found += invalid_entry_times(partial, doc.data, {file_path(Scenario, err["loc"])
+                                                         for err in e.errors()})
     topo = None
     if None not in (partial.topology, partial.placement, partial.seed):
         topo, problem = build(partial.topology, partial.placement, partial.seed, path.parent)
