@@ -8,8 +8,9 @@
 
 A ``LabRun`` owns everything it started for the lab (the lab or the scenario's Session, the
 agents, tcpdump, the test's processes) and stops it all in ``stop``; with ``keep`` it first
-writes the truth and copies the agents' logs, then keeps its work directory (the processes'
-output, the pcaps) there. Kernel work of a scenario's lab runs on its Session's lab thread
+writes the truth and copies the agents' logs, writes a scenario's results document and its
+HTML report once the Session stopped, then keeps its work directory (the processes' output,
+the pcaps) there. Kernel work of a scenario's lab runs on its Session's lab thread
 (``inject`` goes through it); a lab built from a Topo is driven from the test's thread.
 """
 from __future__ import annotations
@@ -33,7 +34,7 @@ from lab.lab import Lab
 from lab.names import state_dir
 from nslab_pytest.names import next_lab_name
 from session.daemons import AgentMesh, AgentsSpec
-from session.results import TruthSection, truth_section
+from session.results import TruthSection, truth_section, write
 from session.scenario import load, resolve
 from session.session import Session
 
@@ -176,7 +177,8 @@ class LabRun:
     def stop(self, keep: str | None = None) -> list[str]:
         """Stop the test's processes, the agents, the capture and the lab; with ``keep``,
         first write ``truth.json`` and copy the agents' logs (``logs/``) into the lab's
-        directory, then copy that directory to ``keep``. What survived teardown (normally [],
+        directory (a scenario's lab also ``results.json`` and ``report.html``, once its
+        Session stopped), then copy that directory to ``keep``. What survived teardown (normally [],
         ``Lab.leftovers``)."""
         for proc in self.procs:
             proc.stop()
@@ -185,6 +187,8 @@ class LabRun:
         try:
             if self.session is not None:
                 self.session.stop()
+                if keep:
+                    self._save_results()
             else:
                 try:
                     if self._mesh is not None:
@@ -198,6 +202,19 @@ class LabRun:
             if keep:
                 shutil.copytree(self.dir, keep, dirs_exist_ok=True)
         return list(self.lab.leftovers)
+
+    def _save_results(self) -> None:
+        """A scenario's results document and its HTML report (``nslab report``) into the
+        lab's directory: ``results.json``, ``report.html``; what went wrong making them in
+        ``results-error.txt`` instead (the test's own failure is what the run reports)."""
+        from report import page  # plotly, only for a failing test
+        try:
+            doc = self.session.results()
+            write(doc, os.path.join(self.dir, "results.json"))
+            page.write(doc, os.path.join(self.dir, "report.html"))
+        except (ValueError, OSError) as e:  # ValidationError too: kept, not raised
+            with open(os.path.join(self.dir, "results-error.txt"), "w") as f:
+                f.write(f"{type(e).__name__}: {e}\n")
 
     def _save(self) -> None:
         if self.lab.clocks is not None:

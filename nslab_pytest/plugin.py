@@ -9,9 +9,10 @@ agents").
 * ``@pytest.mark.nslab(needs=[...])``: skip, with the reason, when not root or when this
   machine lacks a named capability (``nslab_pytest.needs``).
 * A test that fails keeps each of its labs' directory (the processes' logs, the agents' logs,
-  ``truth.json``, the pcaps) in ``--nslab-artifacts DIR`` (default ``nslab-artifacts`` in the
-  rootdir) under the test's id; the failure report and the summary name it (and JUnit XML, as
-  the property ``nslab_artifacts``).
+  ``truth.json``, the pcaps; a scenario's ``results.json`` and ``report.html``) in
+  ``--nslab-artifacts DIR`` (default ``nslab-artifacts`` in the rootdir) under the test's id;
+  the failure report and the summary name it (and JUnit XML, as the property
+  ``nslab_artifacts``).
 * ``--nslab-pcap``: every lab captures its VMs unless the test passes ``pcap``.
 * Lab names are unique per process and run (``nslab_pytest.names``), so pytest-xdist workers
   never clash.

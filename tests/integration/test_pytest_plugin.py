@@ -43,6 +43,17 @@ def test_keeps_what_it_saw(nslab_lab):
         "vm2"].wait_for("kept-marker", timeout_s=10)
     wait_agents(lab, lambda state: state.windows >= 1, timeout_s=30)
     assert False, "deliberate"
+
+
+def test_a_scenario_keeps_its_report(nslab_lab):
+    nslab_lab("tiny.yaml")
+    assert False, "deliberate"
+"""
+
+TINY = """
+name: pt_tiny
+duration_s: 1
+topology: {spines: 1, leaves: 2, vms_per_leaf: 1}
 """
 
 NEEDS_NETEM = """
@@ -64,9 +75,10 @@ def test_users_tests_run_fail_and_keep_their_labs(pytester):
     for name, source in readme_example().items():
         pytester.path.joinpath(name).write_text(source)
     pytester.makepyfile(test_fails=FAILING, test_needs=NEEDS_NETEM)
+    pytester.path.joinpath("tiny.yaml").write_text(TINY)
     r = pytester.runpytest_subprocess("-rs", "--nslab-pcap", timeout=180)
     netem = probe()["netem"].ok
-    r.assert_outcomes(passed=2 + netem, failed=1, skipped=1 - netem)
+    r.assert_outcomes(passed=2 + netem, failed=2, skipped=1 - netem)
     if not netem:
         r.stdout.fnmatch_lines(["*SKIPPED*nslab: this machine lacks netem*link delay*"])
     # the failing test's labs are kept, and said where in its report and in the summary
@@ -96,6 +108,12 @@ def test_users_tests_run_fail_and_keep_their_labs(pytester):
     rows = [line.split(",") for line in out.stdout.splitlines()]
     assert rows == [[f"0x{p.src:08x}", str(p.seq), str(p.pair_id), str(p.idx), str(p.tx_ns),
                      str(int(bool(p.flags.FOLLOWUP))), str(p.fu_tx1_ns)] for p in seen]
+    # a scenario's lab: also its results document and the HTML report (nslab report)
+    (labdir,) = (kept.parent / "test_fails.py_test_a_scenario_keeps_its_report").iterdir()
+    doc = json.loads((labdir / "results.json").read_text())
+    assert doc["scenario"]["name"] == "pt_tiny" and doc["lab"]["name"] == labdir.name
+    assert doc["teardown"]["clean"] is True
+    assert 'id="fig-timeline"' in (labdir / "report.html").read_text()
 
 
 PARALLEL = """
