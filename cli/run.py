@@ -1,5 +1,5 @@
-"""``nslab run [SCENARIO] [--json PATH] [--pcap DIR]``: run a scenario end to end and print its
-report."""
+"""``nslab run [SCENARIO] [--json PATH] [--html OUT] [--pcap DIR]``: run a scenario end to end
+and print its report."""
 from __future__ import annotations
 
 import json
@@ -19,6 +19,8 @@ def add_parser(sub) -> None:
     p.add_argument("scenario", nargs="?", default=DEFAULT, help=f"default: {DEFAULT}")
     p.add_argument("--json", metavar="PATH", help="write the results document "
                    f"({results.SCHEMA}) to PATH ('-' for stdout)")
+    p.add_argument("--html", metavar="OUT", help="also write the HTML report with plots to OUT "
+                   "(nslab report RESULTS.json --html OUT)")
     p.add_argument("--name", help="lab name (default: the scenario's name)")
     p.add_argument("--pcap", metavar="DIR", help="record packets with tcpdump into DIR, one "
                    "pcap per interface (agents' probes: tools/wireshark/nslab_probe.lua)")
@@ -64,6 +66,10 @@ def main(args) -> int:
         if args.json:
             results.write(doc, args.json)
             print(f"  results: {args.json}")
+        if args.html:
+            from report import page  # plotly is imported only here
+            page.write(doc, args.html)
+            print(f"  report: {args.html}")
         if session.capture is not None:
             for path, n in session.capture.packets.items():
                 print(f"  capture: {path} ({n} packets)")

@@ -37,8 +37,8 @@ def nslab(*args, **kw):
 def test_run_writes_results_json(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(SCENARIO)
-    out = tmp_path / "r.json"
-    r = nslab("run", str(path), "--json", str(out))
+    out, html = tmp_path / "r.json", tmp_path / "r.html"
+    r = nslab("run", str(path), "--json", str(out), "--html", str(html))
     assert r.returncode == 0, r.stderr
     assert "teardown: clean" in r.stdout
     doc = json.loads(out.read_text())
@@ -55,6 +55,13 @@ def test_run_writes_results_json(tmp_path):
     assert doc["teardown"]["clean"] is True and doc["teardown"]["leftovers"] == []
     for absent in ("agents", "sync", "owd_us", "collocation", "jobs"):  # not run: never faked
         assert absent not in doc
+    # the flow vm1 -> vm2 (0.2-1.7 s) in the utilization series: vm2's downlink carried it
+    fid = doc["lab"]["fidelity"]["series"]
+    assert max(u for u in fid["links"]["leaf2->vm2"] if u is not None) > 0.5, fid
+    # the HTML report of the same document: the timeline, link utilization and CPU plots
+    page = html.read_text()
+    assert [k for k in ("timeline", "clock_error", "links", "cpu") if f'id="fig-{k}"' in page] \
+        == ["timeline", "links", "cpu"]  # no agents: no clock error to plot
 
 
 def test_bad_scenario_exits_1_and_builds_nothing(tmp_path):
