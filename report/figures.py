@@ -216,7 +216,8 @@ def two_step(doc: Results) -> go.Figure | None:
     fig = _figure(f"two_step (job {ts.job}): completion, drops and retransmissions per step",
                   yaxis_title="completion, s", barmode="group",
                   yaxis2=dict(title="packets, segments", overlaying="y", side="right",
-                              showgrid=False))
+                              showgrid=False, rangemode="tozero"),
+                  legend=dict(orientation="h", yanchor="top", y=-0.12, x=0))
     fig.add_trace(go.Bar(x=names, y=[s.completion_s for s in ts.steps], name="completion s",
                          marker_color="#1f77b4", text=[s.error or "" for s in ts.steps]))
     for label, attr, colour in (("fabric drops", "fabric_drops", "#d62728"),
