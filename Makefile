@@ -14,7 +14,8 @@ DEB_CMDS := mnexec:mininet ip:iproute2 tc:iproute2 nft:nftables iperf3:iperf3 \
             gcc:gcc make:make chromium:chromium
 SCENARIO ?= quickstart
 
-.PHONY: setup system-packages vmclock chrony lab test unit integration tui bench clean
+.PHONY: setup system-packages vmclock chrony lab test unit integration tui tui-recording bench \
+        clean
 
 setup: system-packages $(STAMP) vmclock chrony
 
@@ -63,6 +64,14 @@ integration: setup
 
 tui: setup
 	$(BIN)/nslab tui $(SCENARIO)
+
+# the TUI's demo recording, from a real run of its scenario (root, about a minute), and the
+# README's screenshot of its last frame (tests/unit/test_tui_recording.py checks what it holds)
+tui-recording: setup
+	$(BIN)/nslab tui tui/scenarios/tui_demo.yaml --record tui/recordings/tui_demo.json \
+	  --headless 180
+	$(BIN)/nslab tui --replay tui/recordings/tui_demo.json --frame -1 \
+	  --screenshot docs/tui.svg --after 2
 
 bench: setup
 	$(BIN)/python benchmarks/bringup.py

@@ -25,9 +25,13 @@ def add_parser(sub) -> None:
     p.add_argument("--replay", metavar="PATH",
                    help="run on a recording (no root, no lab); e.g. "
                         "tui/recordings/tui_demo.json")
+    p.add_argument("--frame", type=int, metavar="N",
+                   help="with --replay: hold frame N of the recording (negative: from the "
+                        "end; -1 the last) instead of playing it")
     p.add_argument("--record", metavar="PATH", help="save the snapshots of this run to PATH")
     p.add_argument("--headless", metavar="S", type=float,
-                   help="with --record: record S seconds without the UI, then tear down")
+                   help="with --record: record without the UI until the scenario is over "
+                        "(timeline and jobs), S seconds at most, then tear down")
     p.add_argument("--screenshot", metavar="PATH",
                    help="save an SVG screenshot to PATH after --after seconds, then quit")
     p.add_argument("--after", type=float, default=10.0, metavar="S",
@@ -37,7 +41,8 @@ def add_parser(sub) -> None:
 
 
 def record_headless(backend, seconds: float, interval_s: float = 1.0) -> None:
-    """Start ``backend``, take a snapshot every ``interval_s`` for ``seconds``, stop it."""
+    """Start ``backend``, take a snapshot every ``interval_s`` until the scenario is over
+    (state "done": timeline and jobs) or ``seconds`` passed, stop it."""
     try:
         backend.start()
         deadline = time.monotonic() + seconds
@@ -46,6 +51,8 @@ def record_headless(backend, seconds: float, interval_s: float = 1.0) -> None:
             snap = backend.snapshot()
             print(f"  .. {snap.time_s:6.1f} s {snap.state}, {len(snap.events)} events",
                   file=sys.stderr, flush=True)
+            if snap.state in ("done", "error"):
+                break
     finally:
         backend.stop()
 
@@ -58,7 +65,8 @@ def main(args) -> int:
         raise LabError(f"the TUI needs Textual: pip install 'nslab[tui]' ({e})") from e
     if args.replay:
         try:
-            backend = RecordedBackend(args.replay)
+            backend = (RecordedBackend(args.replay) if args.frame is None else
+                       RecordedBackend(args.replay, start_at=args.frame, advance=False))
         except (OSError, ValueError) as e:
             raise LabError(f"cannot replay {args.replay}: {e}") from e
         factory = None

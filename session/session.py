@@ -140,6 +140,7 @@ class Session:
         self._exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nslab-lab")
         self._player: threading.Thread | None = None
         self._stopped = False
+        self._queues: QueueReader | None = None
 
     # -- plumbing --------------------------------------------------------------------------
     def call(self, fn: Callable[..., T], *args, **kw) -> T:
@@ -413,6 +414,13 @@ class Session:
     def links(self) -> list[LinkState]:
         """Every link's state and counters now (read on the lab thread)."""
         return self.call(link_states, self.lab)
+
+    def queues(self) -> dict:
+        """{``"a->b"``: ``lab.queues.QueueReading``} of every rate-shaped direction now (read
+        on the lab thread)."""
+        if self._queues is None:
+            self._queues = QueueReader(self.lab)
+        return self.call(self._queues)
 
     def vms(self) -> list[VmState]:
         """Every VM's host, CPU and clock truth now (read on the lab thread)."""

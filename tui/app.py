@@ -11,6 +11,13 @@ the VM table; the tab bar for the others), so its arrow keys work and the number
 working after a click anywhere (Textual's ``TabbedContent`` switches back to the pane of a
 focused widget).
 
+Every snapshot also goes into a ``tui.history.History``: the panels' plots (shown on tall
+terminals, ``TALL``) and the detail screens (Enter on a link or a VM, ``tui.detail``) draw
+from it; a replay that jumps (start, seek, loop) sends the frames before the new position
+along (``SnapshotReady.past``) so the plots are rebuilt. The replay keys (seek, speed, loop)
+call the backend's ``seek``/``set_speed``/``toggle_loop`` where it has them
+(``tui.recorded.RecordedBackend``) and are refused elsewhere.
+
 ``make_app`` is the one factory shared by ``nslab tui`` and the tests.
 """
 from __future__ import annotations
@@ -24,10 +31,11 @@ from pydantic import ValidationError
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer, Header, TabbedContent, TabPane, Tabs
 
+from agents.owd import natural_key
 from lab.events import (
     ClockStep,
     CpuHog,
@@ -43,6 +51,8 @@ from lab.events import (
 )
 from tui.backend import Backend, EventView, Snapshot, kind_of
 from tui.commands import NslabCommands
+from tui.detail import DetailScreen, LinkDetail, VMDetail
+from tui.history import History
 from tui.screens import HelpScreen, ScenarioPicker
 from tui.widgets import (
     CollocationView,
@@ -50,19 +60,24 @@ from tui.widgets import (
     FabricView,
     JobsPanel,
     OwdHeatmap,
+    SeriesPlot,
     StatusBar,
     VMTable,
 )
 
 TUI_SCENARIOS = Path(__file__).parent / "scenarios"
 PANELS = ("fabric", "vms", "owd", "jobs")  # the tab panes, in the order of their keys 1-4
+WIDE = 120  # columns from which the log sits beside the fabric
+TALL = {False: 38, True: 30}  # rows (narrow, wide) from which the panels show their plots
 
 
 @dataclass
 class SnapshotReady(Message):
-    """A worker fetched a snapshot."""
+    """A worker fetched a snapshot; ``past``: the frames before it when a replay jumped (its
+    start, a seek, a loop), to rebuild the plots' history from."""
 
     snapshot: Snapshot
+    past: list[Snapshot] | None = None
 
 
 @dataclass
@@ -115,6 +130,11 @@ class NslabApp(App):
         Binding("n", "step", "step"),
         Binding("o", "pick_scenario", "scenario", show=False),
         Binding("x", "stop_lab", "stop", show=False),
+        Binding("comma", "seek(-5)", "back 5", show=False),
+        Binding("full_stop", "seek(5)", "on 5", show=False),
+        Binding("minus", "speed(0.5)", "slower", show=False),
+        Binding("plus", "speed(2)", "faster", show=False),
+        Binding("asterisk", "loop", "loop", show=False),
     ]
 
     def __init__(self, backend: Backend, *, autostart: bool = True, poll_s: float = 1.0,
@@ -131,6 +151,7 @@ class NslabApp(App):
         self.polling = False
         self.quitting = False
         self.done: list[str] = []  # labels of finished controls (tests, status)
+        self.history = History()
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -138,16 +159,29 @@ class NslabApp(App):
         with TabbedContent(initial="fabric", id="tabs"):
             with TabPane("1 Fabric", id="fabric"):
                 with Horizontal(id="fabric-pane"):
-                    yield FabricView(id="fabric-view")
+                    with Vertical(id="fabric-col"):
+                        yield FabricView(id="fabric-view")
+                        with Horizontal(id="link-plots", classes="tall-only"):
+                            yield SeriesPlot(id="mbit-plot")
+                            yield SeriesPlot(id="queue-plot")
+                            yield SeriesPlot(id="drops-plot")
                     yield EventLog(id="log")
             with TabPane("2 VMs", id="vms"):
                 with Vertical():
                     yield VMTable(id="vm-table")
                     yield CollocationView(id="collocation")
+                    with Horizontal(id="clock-plots", classes="tall-only"):
+                        yield SeriesPlot(id="offset-plot")
+                        yield SeriesPlot(id="drift-plot")
             with TabPane("3 One-way delay", id="owd"):
-                yield OwdHeatmap(id="owd-map")
+                with Vertical():
+                    with VerticalScroll(id="owd-scroll"):
+                        yield OwdHeatmap(id="owd-map")
+                    yield SeriesPlot(id="owd-plot", classes="tall-only")
             with TabPane("4 Jobs", id="jobs"):
-                yield JobsPanel(id="jobs-panel")
+                with Vertical():
+                    yield JobsPanel(id="jobs-panel")
+                    yield SeriesPlot(id="jobs-plot", classes="tall-only")
         yield StatusBar(id="status")
         yield Footer()
 
@@ -160,8 +194,9 @@ class NslabApp(App):
         self.w_jobs = self.query_one(JobsPanel)
         self.w_log = self.query_one(EventLog)
         self.w_status = self.query_one(StatusBar)
+        self.plots = {p.id: p for p in self.query(SeriesPlot)}
         self.sub_title = self.backend.scenario
-        self.set_class(self.size.width >= 120, "-wide")
+        self._size_classes(self.size.width, self.size.height)
         self._focus_panel(PANELS[0])
         if self.autostart:
             self.start_backend()
@@ -175,7 +210,13 @@ class NslabApp(App):
         await self.action_quit()
 
     def on_resize(self, event) -> None:
-        self.set_class(event.size.width >= 120, "-wide")
+        self._size_classes(event.size.width, event.size.height)
+
+    def _size_classes(self, width: int, height: int) -> None:
+        """``-wide``: the log beside the fabric; ``-tall``: the panels' plots shown."""
+        wide = width >= WIDE
+        self.set_class(wide, "-wide")
+        self.set_class(height >= TALL[wide], "-tall")
 
     # -- workers (never block the UI thread) -----------------------------------------------
     @work(thread=True, exclusive=True, group="lifecycle")
@@ -186,7 +227,13 @@ class NslabApp(App):
             self.post_message(ControlDone("start", error=str(e).splitlines()[0][:200]))
             return
         self.post_message(ControlDone("start"))
-        self.post_message(SnapshotReady(self.backend.snapshot()))
+        self.post_message(self._fetch())
+
+    def _fetch(self) -> SnapshotReady:
+        """The backend's snapshot now (in a worker), with the replay's past after a jump."""
+        past = getattr(self.backend, "past", None)
+        before = past() if past is not None and self.backend.jumped else None
+        return SnapshotReady(self.backend.snapshot(), before)
 
     def poll(self) -> None:
         if not self.polling and not self.stopped:
@@ -196,7 +243,7 @@ class NslabApp(App):
     @work(thread=True, group="poll")
     def _poll(self) -> None:
         try:
-            self.post_message(SnapshotReady(self.backend.snapshot()))
+            self.post_message(self._fetch())
         except Exception as e:  # noqa: BLE001
             self.post_message(ControlDone("snapshot", error=str(e)[:200]))
         finally:
@@ -212,7 +259,7 @@ class NslabApp(App):
             return
         self.post_message(ControlDone(label, result if isinstance(result, EventView) else None))
         if not self.stopped:
-            self.post_message(SnapshotReady(self.backend.snapshot()))
+            self.post_message(self._fetch())
 
     @work(thread=True, exclusive=True, group="lifecycle")
     def teardown(self, then_exit: bool, restart: str | None = None) -> None:
@@ -233,6 +280,10 @@ class NslabApp(App):
     # -- messages --------------------------------------------------------------------------
     def on_snapshot_ready(self, msg: SnapshotReady) -> None:
         snap = self.snap = msg.snapshot
+        if msg.past is not None:
+            self.history = History()
+            for frame in msg.past:
+                self.history.add(frame)
         if snap.state in ("running", "paused"):
             self.timeline_paused = snap.state == "paused"
         self.w_fabric.update_snapshot(snap)
@@ -241,7 +292,41 @@ class NslabApp(App):
         self.w_owd.update_snapshot(snap)
         self.w_jobs.update_snapshot(snap)
         self.w_log.update_snapshot(snap)
+        self.history.add(snap)
+        self.refresh_plots()
+        if isinstance(self.screen, DetailScreen):
+            self.screen.refresh_from(snap)
         self.refresh_status()
+
+    def refresh_plots(self) -> None:
+        """Redraw the plots of the panels (shown on tall terminals) from the history: the
+        selected link's throughput, queue and drop rate; every VM's offset and drift error;
+        the OWD of the heatmap's pair both ways; each job's iteration times."""
+        if self.snap is None or not self.has_class("-tall"):
+            return
+        h, snap = self.history, self.snap
+        lk = self.w_fabric.selected_link
+        if lk is not None:
+            for plot, field, title, unit in (
+                    ("mbit-plot", "mbit", "throughput", "Mbit/s"),
+                    ("queue-plot", "queue_pkts", "queue", "packets"),
+                    ("drops-plot", "drop_rate", "drop rate", "packets/s")):
+                self.plots[plot].show(f"{lk.key} {title}", unit,
+                                      {lk.key: h.series(("link", lk.key, field))})
+        names = [v.name for v in sorted(snap.vms, key=lambda v: natural_key(v.name))]
+        ref = f" (vs {snap.reference})" if snap.reference else ""
+        self.plots["offset-plot"].show(f"clock offset error{ref}", "us",
+                                       {n: h.series(("vm", n, "err_offset_us")) for n in names})
+        self.plots["drift-plot"].show(f"drift error{ref}", "ppm",
+                                      {n: h.series(("vm", n, "err_drift_ppm")) for n in names})
+        pair = self.w_owd.pair
+        if pair is not None:
+            a, b = pair.split("->")
+            self.plots["owd-plot"].show(f"one-way delay {a}<->{b} (p50)", "us",
+                                        {p: h.series(("owd", p)) for p in (pair, f"{b}->{a}")})
+        self.plots["jobs-plot"].show("iteration time per job", "s", {
+            j.name: (list(range(1, len(j.iteration_s) + 1)), j.iteration_s)
+            for j in snap.jobs})
 
     def on_control_done(self, msg: ControlDone) -> None:
         self.done.append(msg.label)
@@ -265,6 +350,24 @@ class NslabApp(App):
 
     def on_fabric_view_link_selected(self, msg: FabricView.LinkSelected) -> None:
         self.refresh_status()
+        self.refresh_plots()
+
+    def on_fabric_view_node_clicked(self, msg: FabricView.NodeClicked) -> None:
+        """A click on a VM's label selects it (VM faults act on it)."""
+        self.select_vm(msg.name)
+
+    def on_fabric_view_open(self, msg: FabricView.Open) -> None:
+        lk = self.w_fabric.selected_link
+        if lk is not None:
+            self.push_screen(LinkDetail(self.history, lk.key))
+
+    def on_data_table_row_selected(self, msg) -> None:
+        """Enter on the VM table: the VM's detail."""
+        if self.selected_vm is not None:
+            self.push_screen(VMDetail(self.history, self.selected_vm))
+
+    def on_owd_heatmap_pair_selected(self, msg: OwdHeatmap.PairSelected) -> None:
+        self.refresh_plots()
 
     def on_data_table_row_highlighted(self, msg) -> None:
         self.refresh_status()
@@ -319,7 +422,7 @@ class NslabApp(App):
     def _focus_panel(self, tab: str) -> None:
         """Focus ``tab``'s main widget: a focused widget left in a hidden pane would pull
         ``TabbedContent`` back to that pane."""
-        main = {"fabric": self.w_fabric, "vms": self.w_vms}.get(tab)
+        main = {"fabric": self.w_fabric, "vms": self.w_vms, "owd": self.w_owd}.get(tab)
         (main or self.query_one(TabbedContent).query_one(Tabs)).focus()
 
     def on_tabbed_content_tab_activated(self, msg: TabbedContent.TabActivated) -> None:
@@ -454,6 +557,29 @@ class NslabApp(App):
             return self._refuse("this backend cannot switch scenarios (a recording?)")
         self.w_log.note(f"switching to {scenario} ...")
         self.teardown(False, restart=scenario)
+
+    # -- replay ----------------------------------------------------------------------------
+    def _replay(self, what: str):
+        """The backend's replay control ``what``, or None (refused: not a recording)."""
+        fn = getattr(self.backend, what, None)
+        if fn is None:
+            self._refuse("seek, speed and loop work on a recording (--replay)")
+        return fn
+
+    def action_seek(self, frames: int) -> None:
+        fn = self._replay("seek")
+        if fn is not None:
+            self.control(f"seek {frames:+d} frames", fn, frames)
+
+    def action_speed(self, factor: float) -> None:
+        fn = self._replay("set_speed")
+        if fn is not None:
+            self.control(f"replay speed x{factor:g}", fn, factor)
+
+    def action_loop(self) -> None:
+        fn = self._replay("toggle_loop")
+        if fn is not None:
+            self.control("replay loop on/off", fn)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

@@ -43,7 +43,9 @@ class LinkView:
     ``utilization``: the busier direction's throughput over the link rate (0..1; against
     1 Gbit/s for unshaped links); ``mbit``: that throughput, Mbit/s; ``bw_mbit``: the rate
     (None: unshaped); ``drops``: packets dropped on both ends since bring-up (qdisc and
-    interface counters); ``loss_percent``: injected loss; ``tx_bytes``: bytes sent by both
+    interface counters); ``drop_rate``: packets dropped per second over the last interval;
+    ``queue_pkts``: packets queued now in the fuller direction's emulated queue (None:
+    unshaped or not read); ``loss_percent``: injected loss; ``tx_bytes``: bytes sent by both
     ends since bring-up.
     """
 
@@ -52,6 +54,8 @@ class LinkView:
     utilization: float = 0.0
     up: bool = True
     drops: int = 0
+    drop_rate: float = 0.0
+    queue_pkts: int | None = None
     mbit: float = 0.0
     bw_mbit: float | None = None
     loss_percent: float = 0.0

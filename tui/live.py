@@ -36,9 +36,28 @@ UNSHAPED_MBIT = 1000.0  # utilization of links without a rate is shown against 1
 def event_view(ev: Event) -> EventView:
     """The log's view of a truth-timeline event."""
     return EventView(t_s=round(ev.t_s, 3), kind=ev.kind, target=ev.target,
-                     params={k: v for k, v in ev.params.items()
-                             if isinstance(v, (int, float, str, bool, type(None)))},
+                     params={k: v for k, v in ev.params.items() if _plain(v)},
                      source=ev.source)
+
+
+def _plain(v) -> bool:
+    """A scalar, or a list of scalars (a job's VMs): what the log describes in words."""
+    scalar = (int, float, str, bool, type(None))
+    return isinstance(v, scalar) or (isinstance(v, list) and all(isinstance(x, scalar)
+                                                                 for x in v))
+
+
+def placement_line(entry: dict) -> str:
+    """Where a finished job ran and what an iteration took, from its ``jobs`` results entry:
+    "on vm1 vm2 (hosts phys1 phys1: 2 ranks share a host), iteration p50 0.41 s"."""
+    where = entry.get("placement") or {}
+    if not where.get("vms"):
+        return ""
+    shared = where.get("shared_host_ranks", 0)
+    line = (f"on {' '.join(where['vms'])} (hosts {' '.join(where['phys'])}: "
+            + (f"{shared} ranks share a host)" if shared else "one rank per host)"))
+    p50 = (entry.get("iteration_s") or {}).get("p50")
+    return line + (f", iteration p50 {p50:.2f} s" if p50 is not None else "")
 
 
 class LiveBackend:
@@ -129,7 +148,8 @@ class LiveBackend:
                         truth_groups=scoring.truth_groups(lab.phys))
         snap.nodes = [NodeView(n, topo.nodeInfo(n).get("role", "vm"), tier(lab, n))
                       for n in topo.nodes()]
-        snap.links = [self._link_view(lk, now_ns) for lk in s.links()]
+        queues = s.queues()
+        snap.links = [self._link_view(lk, now_ns, queues) for lk in s.links()]
         snap.vms = [self._vm_view(v, now_ns) for v in s.vms()]
         self._agent_views(snap)
         snap.events = [event_view(e) for e in s.timeline]
@@ -150,14 +170,19 @@ class LiveBackend:
             return None
         return (now_ns - prev[0]) / 1e9, prev[1]
 
-    def _link_view(self, lk: LinkState, now_ns: int) -> LinkView:
-        mbit = 0.0
-        d = self._delta(f"{lk.a}-{lk.b}", now_ns, lk.tx_bytes)
+    def _link_view(self, lk: LinkState, now_ns: int, queues: dict) -> LinkView:
+        mbit = drop_rate = 0.0
+        d = self._delta(f"{lk.a}-{lk.b}", now_ns, (lk.tx_bytes, lk.drops))
         if d is not None:
-            dt, before = d
+            dt, (before, drops_before) = d
             mbit = max(max(0, x - y) for x, y in zip(lk.tx_bytes, before, strict=True)) \
                 * 8 / dt / 1e6
+            drop_rate = max(0, lk.drops - drops_before) / dt
+        backlog = [q.backlog_packets for k, q in queues.items()
+                   if k in (f"{lk.a}->{lk.b}", f"{lk.b}->{lk.a}")]
         return LinkView(a=lk.a, b=lk.b, up=lk.up, drops=lk.drops, mbit=round(mbit, 2),
+                        drop_rate=round(drop_rate, 1),
+                        queue_pkts=max(backlog) if backlog else None,
                         utilization=round(min(1.0, mbit / (lk.bw_mbit or UNSHAPED_MBIT)), 3),
                         bw_mbit=lk.bw_mbit, loss_percent=lk.loss_percent,
                         tx_bytes=sum(lk.tx_bytes))
@@ -218,8 +243,9 @@ class LiveBackend:
             if e is None:
                 out.append(JobView(spec.name, 0.5 if spec.name in started else 0.0))
                 continue
-            out.append(JobView(spec.name, 1.0, [], e.get("completion_s"), e.get("verified"),
-                               e.get("error")))
+            out.append(JobView(spec.name, 1.0, e.get("iteration_times_s") or [],
+                               e.get("completion_s"), e.get("verified"),
+                               e.get("error"), detail=placement_line(e)))
         return out
 
     def _two_step_views(self, job: str, started: set[str]) -> list[JobView]:

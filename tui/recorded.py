@@ -3,8 +3,9 @@
 A recording is one JSON document ``{"schema": "nslab.tui-recording/1", "scenario": ...,
 "frames": [Snapshot.to_dict(), ...]}``, one frame per ``snapshot()`` of the live run.
 
-``RecordedBackend`` plays the frames in order (one per ``snapshot()`` while the timeline runs,
-holding the last one), and keeps the controls honest: an injected fault (a ``lab.events`` model)
+``RecordedBackend`` plays the frames in order (``speed`` frames per ``snapshot()``, 1 at
+first, while the timeline runs; holding the last one, or starting over with ``loop``), seeks
+(``seek``), and keeps the controls honest: an injected fault (a ``lab.events`` model)
 is stamped into its event list and changes what later frames show (a link taken down stays
 down, a paused VM stays paused, ...), and what the lab would refuse raises ``LabError``, so
 Pilot tests can drive every control without a lab.
@@ -52,17 +53,22 @@ class RecordedBackend:
 
     def __init__(self, path: str | Path = DEFAULT_RECORDING, start_at: int = 0,
                  advance: bool = True):
-        """``start_at``: first frame played; ``advance``: False holds that frame (snapshot
-        tests)."""
+        """``start_at``: first frame played (negative: from the end); ``advance``: False holds
+        that frame (snapshot tests)."""
         self.path = Path(path)
         self.start_at, self.advance = start_at, advance
         self.scenario, self.frames = load_recording(self.path)
         self.index = 0
+        self.pos = 0.0  # the replay position, frames (fractional at speeds below 1)
+        self.speed = 1.0  # frames per snapshot
+        self.loop = False
+        self.jumped = False  # the position jumped (start, seek, loop) since ``past()``
         self.started = False
         self.stopped = False
         self.paused = False
         self.injected: list[EventView] = []
         self.stepped: list[EventView] = []
+        self.stepped_from: list[EventView] = []  # the pending entries they played early
         self.down: dict[frozenset, bool] = {}
         self.loss: dict[frozenset, float] = {}
         self.rate: dict[frozenset, float] = {}
@@ -75,7 +81,11 @@ class RecordedBackend:
         if scenario:
             self.scenario = scenario
         self.started, self.stopped = True, False
-        self.index = min(self.start_at, len(self.frames) - 1)
+        n = len(self.frames)
+        self.index = max(0, min(self.start_at if self.start_at >= 0 else n + self.start_at,
+                                n - 1))
+        self.pos = float(self.index)
+        self.jumped = True
 
     def _frame(self) -> Snapshot:
         return self.frames[min(self.index, len(self.frames) - 1)]
@@ -83,10 +93,11 @@ class RecordedBackend:
     def snapshot(self) -> Snapshot:
         frame = copy.deepcopy(self._frame())
         if self.started and self.advance and not self.paused and not self.stopped:
-            self.index = min(self.index + 1, len(self.frames) - 1)
-        played = {(e.kind, e.target, e.t_s) for e in self.stepped}
+            self._move(self.speed)
+        played = {(e.kind, e.target, e.t_s) for e in self.stepped_from}
         frame.pending = [p for p in frame.pending if (p.kind, p.target, p.t_s) not in played]
-        frame.events = sorted(frame.events + self.stepped + self.injected, key=lambda e: e.t_s)
+        frame.events = sorted(self._unplayed(frame.events) + self.stepped + self.injected,
+                              key=lambda e: e.t_s)
         for lk in frame.links:
             key = frozenset((lk.a, lk.b))
             if key in self.down:
@@ -106,6 +117,54 @@ class RecordedBackend:
         elif self.paused:
             frame.state = "paused"
         return frame
+
+    def _unplayed(self, events: list[EventView]) -> list[EventView]:
+        """``events`` without the recorded timeline events of the steps played early: each
+        stepped entry removes the first timeline event of its kind and target at or after its
+        planned time (the recording stamped it there; the step stamped it now)."""
+        out = list(events)
+        for p in self.stepped_from:
+            for e in out:
+                if (e.source, e.kind, e.target) == ("timeline", p.kind, p.target) \
+                        and e.t_s >= p.t_s - 0.5:
+                    out.remove(e)
+                    break
+        return out
+
+    # -- replay controls -------------------------------------------------------------------
+    def _move(self, frames: float) -> None:
+        last = len(self.frames) - 1
+        pos = self.pos + frames
+        if pos > last:
+            self.jumped = self.loop and self.pos >= last
+            pos = 0.0 if self.jumped else float(last)
+        self.pos = max(0.0, pos)
+        self.index = int(self.pos)
+
+    def seek(self, frames: int) -> int:
+        """Jump ``frames`` frames forward (negative: back), within the recording; the frame
+        index now."""
+        self.pos = max(0.0, min(float(len(self.frames) - 1), self.pos + frames))
+        self.index = int(self.pos)
+        self.jumped = True
+        return self.index
+
+    def past(self) -> list[Snapshot]:
+        """The recorded frames before the one played next (the plots' history after a jump:
+        faults injected in the replay are not in them)."""
+        self.jumped = False
+        return self.frames[: self.index]
+
+    def set_speed(self, factor: float) -> float:
+        """Multiply the replay speed by ``factor`` (between 1/8 and 8 frames per snapshot);
+        the speed now."""
+        self.speed = max(0.125, min(8.0, self.speed * factor))
+        return self.speed
+
+    def toggle_loop(self) -> bool:
+        """Loop (start over after the last frame) on or off; True when on."""
+        self.loop = not self.loop
+        return self.loop
 
     def inject(self, fault: Fault) -> EventView:
         """Record the fault and let its effect show in later frames.
@@ -175,11 +234,13 @@ class RecordedBackend:
 
     def step(self) -> EventView | None:
         self.calls.append("step")
-        played = {(e.kind, e.target, e.t_s) for e in self.stepped}
-        for p in self._frame().pending:
+        played = {(e.kind, e.target, e.t_s) for e in self.stepped_from}
+        frame = self._frame()
+        for p in frame.pending:
             if (p.kind, p.target, p.t_s) not in played:
-                ev = copy.deepcopy(p)
-                ev.source = "step"
+                ev = EventView(t_s=frame.time_s, kind=p.kind, target=p.target,
+                               params=dict(p.params), source="step")  # played now
+                self.stepped_from.append(p)
                 self.stepped.append(ev)
                 return ev
         return None

@@ -11,9 +11,9 @@ from textual.widgets import OptionList, Static
 HELP = [
     [("Panels", [("1 2 3 4", "fabric, VMs, OWD, jobs"),
                  ("tab", "next panel; shift+tab back"),
-                 ("[ ]", "previous / next link"),
-                 ("< >", "previous / next VM"),
-                 ("arrows", "link or VM, in its panel")]),
+                 ("[ ] < >", "previous / next link, VM"),
+                 ("arrows", "link, VM, OWD pair; click"),
+                 ("enter", "detail of the link or VM")]),
      ("Link faults (selected link)", [("d u", "down / up"),
                                       ("f", "flap 3 times, 1 s each"),
                                       ("l", "loss 5 % on / off"),
@@ -23,6 +23,7 @@ HELP = [
                                   ("m", "migrate to the next host")]),
      ("Scenario", [("space", "pause / resume timeline"), ("n", "play the next step now"),
                    ("o", "pick a scenario (restarts)"), ("x", "stop: tear the lab down")]),
+     ("Replay (--replay)", [(", .", "back / on 5 frames"), ("- + *", "slower, faster, loop")]),
      ("App", [("ctrl+p", "every action, more values"), ("?", "this help"),
               ("q ctrl+c", "quit, tears the lab down")])],
 ]

@@ -44,7 +44,15 @@ def sync(fn):
     return run
 
 
-MID = 5  # a recorded frame with a link down, load on the fabric and a CPU hog
+def _mid() -> int:
+    """The first recorded frame with a link down, load on the fabric and a CPU hog."""
+    _, frames = load_recording(DEFAULT_RECORDING)
+    return next(i for i, f in enumerate(frames)
+                if any(not lk.up for lk in f.links) and any(v.hog for v in f.vms)
+                and any(lk.utilization > 0.3 for lk in f.links))
+
+
+MID = _mid()
 
 
 def app_on(backend=None, **kw):
@@ -80,7 +88,31 @@ def test_recording_loads_and_is_from_a_real_run():
     assert any(not lk.up for f in frames for lk in f.links)  # the timeline's link_down
     assert any(lk.utilization > 0.5 for f in frames for lk in f.links)  # real iperf3 load
     kinds = {e.kind for e in frames[-1].events}
-    assert {"lab_up", "link_down", "link_up", "migrate", "clock_step"} <= kinds
+    assert {"lab_up", "agents_up", "link_down", "link_up", "cpu_hog", "clock_step",
+            "job_start", "job_end"} <= kinds
+    assert "agents_failed" not in kinds
+
+
+def test_demo_recording_tells_the_story_in_its_last_frames():
+    """``make tui-recording``'s run: the agents converged (every VM's offset estimated within
+    50 us of the truth, drift within 1 ppm, against a reference VM), a full OWD matrix, the
+    collocation groups equal to the truth, and the job run naive (two ranks on one host) and
+    collocation-aware (one per host), both verified."""
+    _, frames = load_recording(DEFAULT_RECORDING)
+    for snap in frames[-3:]:
+        assert snap.agents == "running" and snap.reference in {v.name for v in snap.vms}
+        for v in snap.vms:
+            assert v.err_offset_us is not None and abs(v.err_offset_us) < 50, v
+            assert v.err_drift_ppm is not None and abs(v.err_drift_ppm) < 1, v
+        n = len(snap.vms)
+        assert len(snap.owd_us) == n * (n - 1) and all(x > 0 for x in snap.owd_us.values())
+        found = sorted(sorted(g.members) for g in snap.groups)
+        assert found == sorted(sorted(g) for g in snap.truth_groups) and len(found) >= 2
+    jobs = {j.name: j for j in frames[-1].jobs}
+    assert jobs["naive"].verified and jobs["aware"].verified
+    assert "2 ranks share a host" in jobs["naive"].detail
+    assert "one rank per host" in jobs["aware"].detail
+    assert len(jobs["naive"].iteration_s) == len(jobs["aware"].iteration_s) >= 4
 
 
 def test_snapshot_round_trip():
@@ -447,7 +479,7 @@ async def _settle(pilot):
     await pilot.pause(0.2)
 
 
-@pytest.mark.parametrize("keys", [(), ("2",), ("question_mark",)], ids=["fabric", "vms", "help"])
+@pytest.mark.parametrize("keys", [("2",), ("question_mark",)], ids=["vms", "help"])
 def test_snapshot_80x24(snap_compare_or_skip, keys):
     async def run_before(pilot):
         await _settle(pilot)
@@ -457,8 +489,24 @@ def test_snapshot_80x24(snap_compare_or_skip, keys):
     assert snap_compare_or_skip(_snap_app(), terminal_size=SIZE, run_before=run_before)
 
 
-def test_snapshot_wide(snap_compare_or_skip):
-    assert snap_compare_or_skip(_snap_app(), terminal_size=(140, 36), run_before=_settle)
+class Synthetic32(RecordedBackend):
+    """The recording's controls over a 32-VM snapshot (8 leaves, 4 spines; no lab)."""
+
+    def snapshot(self):
+        from tui_synthetic import leafspine_snapshot
+        return leafspine_snapshot(spines=4, leaves=8, vms_per_leaf=4)
+
+
+@pytest.mark.parametrize("vms", [4, 32])
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+def test_snapshot_fabric(snap_compare_or_skip, size, vms):
+    """The fabric panel at 80x24 and 160x48 with 4 VMs (the recording: hosts, a link down,
+    a CPU hog; plots under the fabric at 160x48) and 32 VMs (labels on two rows, numbers at
+    80 columns, hosts as numbered brackets)."""
+    backend = (RecordedBackend(start_at=MID, advance=False) if vms == 4 else
+               Synthetic32(start_at=MID, advance=False))
+    app = make_app(backend, poll_s=3600)
+    assert snap_compare_or_skip(app, terminal_size=size, run_before=_settle)
 
 
 def test_fabric_info_shows_the_mode_and_the_link_bytes():
@@ -583,7 +631,8 @@ async def test_help_screen_fits_in_80x24_and_keeps_its_keys():
         for binding in app.BINDINGS:  # every key of the app is explained
             key = {"question_mark": "?", "left_square_bracket": "[",
                    "right_square_bracket": "]", "less_than_sign": "<",
-                   "greater_than_sign": ">"}.get(binding.key, binding.key)
+                   "greater_than_sign": ">", "comma": ",", "full_stop": ".", "minus": "-",
+                   "plus": "+", "asterisk": "*"}.get(binding.key, binding.key)
             assert key in shown, key
         await press(pilot, "escape")
         assert not isinstance(app.screen, HelpScreen)
@@ -601,10 +650,10 @@ def test_legend_colours_are_distinct():
     assert len({c.triplet for c in seen}) == len(seen)
     assert [lg.util_style(u) for u in (0.0, 0.1, 0.5, 0.7, 0.9, 1.0)] == colours + [colours[-1]]
     text = lg.legend()
-    assert len(text.plain) <= 78  # one line at 80 columns
+    assert len(text.plain) <= 70  # one line of the fabric beside the log at 120 columns
     styles = {str(span.style) for span in text.spans}
     assert set(colours + marks) <= styles
-    for word in ("saturated", "down", "drops", "hog", "paused"):
+    for word in ("≥85%", "down", "drop", "hog", "paused"):
         assert word in text.plain
 
 
@@ -616,14 +665,19 @@ def test_fabric_draws_down_saturated_dropping_and_hog_apart():
     busy = next(lk for lk in snap.links if lk.up and lk is not down)
     busy.utilization, busy.drops = 0.95, 0
     dropping = next(lk for lk in snap.links if lk.up and lk not in (busy,))
-    dropping.utilization, dropping.drops = 0.1, 7
+    dropping.utilization, dropping.drops, dropping.drop_rate = 0.1, 7, 3.5
+    for lk in snap.links:  # drops long ago are no mark: only a drop rate now is
+        if lk is not dropping:
+            lk.drop_rate = 0.0
+            lk.drops = 1000
     snap.vms[0].hog = True
     view = FabricView()
     view.snap = snap
     view.selected = snap.links.index(next(lk for lk in snap.links  # bold reverse: not these
                                           if lk not in (down, busy, dropping)))
-    drawn = {str(s.style) for s in view.render().spans}
-    assert {lg.SATURATED, lg.DOWN, lg.DROPS, lg.HOG} <= drawn
+    drawn = [(s.start, str(s.style)) for s in view.render().spans]
+    assert {lg.SATURATED, lg.DOWN, lg.DROPS, lg.HOG} <= {style for _, style in drawn}
+    assert view.render().plain.count("*") == 1
 
 
 # -- words, not Python, in the log --------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The event log: faults (timeline, stepped or injected from the TUI), lab notes and UI
-messages, each stamped with its time after bring-up."""
+messages, each stamped with its time after bring-up; long lines wrap (never cut)."""
 from __future__ import annotations
 
 from rich.text import Text
@@ -17,7 +17,7 @@ class EventLog(RichLog):
     """Appends events it has not shown yet; ``entries`` keeps the plain lines (tests)."""
 
     def __init__(self, **kw):
-        super().__init__(markup=False, wrap=False, max_lines=500, **kw)
+        super().__init__(markup=False, wrap=True, min_width=20, max_lines=500, **kw)
         self.seen: set[tuple] = set()
         self.entries: list[str] = []
 

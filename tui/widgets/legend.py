@@ -2,7 +2,7 @@
 
 Utilization runs grey, green, yellow, orange to red (saturated, >= 85 % of the rate); the other
 states have their own mark and a colour no utilization uses: a down link is a dotted magenta
-line with ``X``, a link that dropped packets has a white ``*``, a VM under a CPU hog is a
+line with ``X``, a link dropping packets now has a white ``*``, a VM under a CPU hog is a
 black-on-cyan label, a paused VM a grey one. Colours are RGB, not the terminal's ANSI palette
 (which draws yellow and orange alike).
 """
@@ -19,6 +19,8 @@ HOG = "bold #000000 on #00d7ff"
 PAUSED = "bold #ffffff on #5f5f5f"
 SWITCH = "bold #87afff"
 """Leaf and spine labels: a blue apart from the down magenta."""
+HOST = "#af87d7"
+"""The physical hosts' brackets under their VMs."""
 
 
 def util_style(u: float) -> str:
@@ -30,13 +32,14 @@ def util_style(u: float) -> str:
 
 
 def legend() -> Text:
-    """One line of 76 columns: the utilization scale, then down, drops, CPU hog and paused."""
-    t = Text("util ")
+    """One line of 66 columns (it fits the fabric beside the log at 120): the utilization
+    scale up to saturated (red, >= 85 %), then down, dropping now, CPU hog and paused."""
+    t = Text()
     for limit, colour in SCALE:
         t.append("──", colour)
         t.append(f"<{limit:.0%} ")
-    for mark, style, what in (("──", SATURATED, "saturated "), (":X", DOWN, " down "),
-                              ("*", DROPS, " drops "), ("vm", HOG, " hog "),
+    for mark, style, what in (("──", SATURATED, f"≥{SCALE[-1][0]:.0%} "), (":X", DOWN, " down "),
+                              ("*", DROPS, " drop "), ("vm", HOG, " hog "),
                               ("vm", PAUSED, " paused")):
         t.append(mark, style)
         t.append(what)
