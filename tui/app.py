@@ -294,8 +294,9 @@ class NslabApp(App):
         self.w_log.update_snapshot(snap)
         self.history.add(snap)
         self.refresh_plots()
-        if isinstance(self.screen, DetailScreen):
-            self.screen.refresh_from(snap)
+        top = self.screen_stack[-1] if self.screen_stack else None  # none while quitting
+        if isinstance(top, DetailScreen):
+            top.refresh_from(snap)
         self.refresh_status()
 
     def refresh_plots(self) -> None:

@@ -52,11 +52,12 @@ def test_a_stepped_event_is_stamped_now_and_shown_once():
 @sync
 async def test_a_stepped_event_is_logged_once():
     backend = RecordedBackend(start_at=1)
+    backend.paused = True  # held from the start: no poll moves it on before the step
     app = app_on(backend)
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
-        await press(pilot, "space")  # hold, step, resume and play to the end
-        nxt = backend.snapshot().pending[0]
+        assert app.timeline_paused
+        nxt = backend.snapshot().pending[0]  # step, resume and play to the end
         await press(pilot, "n")
         backend.speed = 4  # play the rest 4 frames a snapshot
         await press(pilot, "space")
