@@ -8,7 +8,8 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.nslab-installed
 # command -> Debian package that provides it (tshark: the tests read captures with the
 # probe format's Wireshark dissector, tools/wireshark/nslab_probe.lua; chromium: the tests
-# open nslab report's HTML page in a headless browser, tests/unit/test_report_browser.py)
+# open nslab report's HTML page in a headless browser, tests/unit/test_report_browser.py, and
+# load `nslab tui --serve` in one, tests/integration/test_tui_serve.py)
 DEB_CMDS := mnexec:mininet ip:iproute2 tc:iproute2 nft:nftables iperf3:iperf3 \
             tcpdump:tcpdump tshark:tshark ifconfig:net-tools ping:iputils-ping ps:procps \
             gcc:gcc make:make chromium:chromium

@@ -1,12 +1,15 @@
 """``nslab tui [SCENARIO]``: the Textual cockpit of a lab (``tui/``).
 
 ``--replay PATH`` runs it on a recording without root; ``--record PATH`` saves what a live run
-showed as such a recording (``--headless S`` records for S seconds without the UI).
+showed as such a recording (``--headless S`` records without the UI until the scenario is
+over); ``--serve PORT`` serves the same app to web browsers with textual-serve.
 """
 from __future__ import annotations
 
+import shlex
 import sys
 import time
+from pathlib import Path
 
 from lab.capabilities import require_root
 from lab.errors import LabError
@@ -37,7 +40,48 @@ def add_parser(sub) -> None:
     p.add_argument("--after", type=float, default=10.0, metavar="S",
                    help="seconds before --screenshot (default 10)")
     p.add_argument("--no-jobs", action="store_true", help="do not run the scenario's jobs")
+    p.add_argument("--serve", metavar="PORT", type=int, nargs="?", const=8000,
+                   help="serve this app to web browsers (textual-serve) on PORT (default "
+                        "8000) of --host: every browser tab runs its own copy (with --replay "
+                        "a replay each, no root anywhere; live, its own lab: one tab at a "
+                        "time, the server as root)")
+    p.add_argument("--host", default="localhost",
+                   help="with --serve: the address to listen on (default localhost)")
     p.set_defaults(func=main)
+
+
+def app_command(args) -> str:
+    """The shell command that runs the app ``args`` describe, without ``--serve`` (what
+    textual-serve starts for each browser tab)."""
+    cmd = [sys.executable, "-m", "cli.main", "tui"]
+    if args.replay:
+        cmd += ["--replay", str(Path(args.replay).resolve())]
+        if args.frame is not None:
+            cmd += ["--frame", str(args.frame)]
+    else:
+        cmd.append(args.scenario)
+        if args.name:
+            cmd += ["--name", args.name]
+        if args.no_jobs:
+            cmd.append("--no-jobs")
+    return shlex.join(cmd)
+
+
+def serve(args) -> int:
+    """Serve the app to browsers until interrupted (ctrl+c).
+
+    Raises:
+        LabError: textual-serve is not installed.
+    """
+    try:
+        from textual_serve.server import Server
+    except ImportError as e:
+        raise LabError(f"--serve needs textual-serve: pip install 'nslab[tui]' ({e})") from e
+    if not args.replay:
+        require_root()
+    print(f"serving on http://{args.host}:{args.serve} (ctrl+c stops)", flush=True)
+    Server(app_command(args), host=args.host, port=args.serve, title="nslab").serve()
+    return 0
 
 
 def record_headless(backend, seconds: float, interval_s: float = 1.0) -> None:
@@ -58,6 +102,11 @@ def record_headless(backend, seconds: float, interval_s: float = 1.0) -> None:
 
 
 def main(args) -> int:
+    if args.serve is not None:
+        if args.record or args.headless is not None or args.screenshot:
+            raise LabError("--serve runs the app in browsers: no --record, --headless or "
+                           "--screenshot with it")
+        return serve(args)
     try:
         from tui.app import make_app, run_app
         from tui.recorded import RecordedBackend, Recorder
