@@ -55,8 +55,8 @@ def _mid() -> int:
 MID = _mid()
 
 
-def app_on(backend=None, **kw):
-    app = make_app(backend or RecordedBackend(start_at=MID, advance=False), poll_s=0.5, **kw)
+def app_on(backend=None, poll_s: float = 0.5, **kw):
+    app = make_app(backend or RecordedBackend(start_at=MID, advance=False), poll_s=poll_s, **kw)
     app.animation_level = "none"
     return app
 
@@ -219,7 +219,7 @@ async def test_vm_controls():
 @sync
 async def test_timeline_pause_resume_step_and_stop():
     backend = RecordedBackend(start_at=2)
-    app = app_on(backend)
+    app = app_on(backend, poll_s=3600)  # only the controls move the replay: steps stay pending
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
         await press(pilot, "space")
