@@ -43,6 +43,7 @@ import numpy as np
 
 from agents.clock import Clock
 from agents.collocation import group
+from agents.estimate import line_fit
 from agents.ingest import LIVE_S, AgentInfo, Inbox
 from agents.messages import (
     HEALTH_SCHEMA,
@@ -228,7 +229,7 @@ class Coordinator:
                     continue
                 x = np.array([p[0] for p in pts], dtype=np.float64) / 1e9
                 y = np.array([p[1] for p in pts], dtype=np.float64)
-                slope, icept = np.polyfit(x, y, 1)
+                slope, icept = line_fit(x, y)
                 if np.abs(y - (icept + slope * x)).max() <= self.drift_residual_ns:
                     out[v] = float(slope) / 1e3  # ns/s -> ppm
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["MAX_DRIFT_PPM", "MIN_PROBES", "PairFit", "fit_pair", "ntp_pair", "pure_pairs"]
+__all__ = ["MAX_DRIFT_PPM", "MIN_PROBES", "PairFit", "fit_pair", "line_fit", "ntp_pair",
+           "pure_pairs"]
 
 MIN_PROBES = 2
 """Fewest probes per direction that ``fit_pair`` and ``ntp_pair`` accept."""
@@ -272,6 +273,30 @@ def fit_pair(fwd_tx, fwd_rx, rev_tx, rev_rx, t_ref_ns: int | None = None, *,
                    n_fwd=int(ftx.size), n_rev=int(rtx.size), residual_ns=max(resid, 0.0))
 
 
+def line_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Ordinary least-squares line ``y = intercept + slope * x``, closed form on centred data
+    (the same line as ``np.polyfit(x, y, 1)``, without its SVD: ~50x faster on short series).
+
+    Args:
+        x, y: shape (n,) float arrays, n >= 2, x not all equal.
+
+    Returns:
+        ``(slope, intercept)``.
+
+    Raises:
+        ValueError: fewer than 2 points or all x equal.
+    """
+    if x.size < 2:
+        raise ValueError(f"a line needs 2 points, got {x.size}")
+    mx, my = float(x.mean()), float(y.mean())
+    dx = x - mx
+    sxx = float(dx @ dx)
+    if sxx == 0.0:
+        raise ValueError("all x are equal: the slope is undefined")
+    slope = float(dx @ (y - my)) / sxx
+    return slope, my - slope * mx
+
+
 def ntp_pair(fwd_tx, fwd_rx, rev_tx, rev_rx, t_ref_ns: int | None = None, *,
              filter_n: int = 8) -> PairFit:
     """NTP-style baseline (symmetric delay assumed) on the same probes as ``fit_pair``.
@@ -317,14 +342,17 @@ def ntp_pair(fwd_tx, fwd_rx, rev_tx, rev_rx, t_ref_ns: int | None = None, *,
     x = (((t1 - t_ref) + (t4 - t_ref)).astype(np.float64) * 0.5) / _NS_PER_S
     srt = np.argsort(x, kind="stable")
     x, off, delay = x[srt], off[srt], delay[srt]
-    if filter_n > 1:
-        keep = [b + int(np.argmin(delay[b:b + filter_n])) for b in range(0, x.size, filter_n)]
+    if filter_n > 1:  # blocks of filter_n (the last one padded with +inf delays)
+        blocks = -(-x.size // filter_n)
+        padded = np.full(blocks * filter_n, np.inf)
+        padded[:x.size] = delay
+        keep = np.arange(blocks) * filter_n + padded.reshape(blocks, filter_n).argmin(axis=1)
         x, off = x[keep], off[keep]
-    if np.unique(x).size < 2:
+    if x.size < 2 or x[0] == x[-1]:  # x is sorted
         raise ValueError(f"ntp_pair: {x.size} sample(s) after the filter (filter_n="
                          f"{filter_n}); need 2 at distinct times")
     y0 = float(np.median(off))
-    slope, icpt = np.polyfit(x, off - y0, 1)
+    slope, icpt = line_fit(x, off - y0)
     resid = (off - y0) - (icpt + slope * x)
     return PairFit(offset_ns=y0 + float(icpt), drift_ppm=float(slope) / _PPM_NS_PER_S,
                    t_ref_ns=int(t_ref), n_fwd=int(ftx.size), n_rev=int(rtx.size),

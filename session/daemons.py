@@ -17,9 +17,10 @@ import time
 from typing import TYPE_CHECKING
 
 import psutil
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pyroute2 import netns
 
+from agents.coordinator import DRIFT_WINDOWS
 from agents.messages import CoordinatorState
 from agents.probe import HEADER_LEN, TAG_LEN
 from lab.errors import LabError
@@ -48,6 +49,15 @@ class AgentsSpec(BaseModel):
                             description="shared HMAC key (hex) for authenticated probes")
     coordinator: str | None = Field(None, description="VM running the coordinator (default: "
                                                       "the first VM)")
+    drift_windows: int = Field(DRIFT_WINDOWS, ge=1, description="odd number of windows, "
+                               "centred on a window, whose offsets give its drift")
+
+    @field_validator("drift_windows")
+    @classmethod
+    def _odd(cls, v: int) -> int:
+        if v % 2 == 0:
+            raise ValueError(f"drift_windows must be odd, got {v}")
+        return v
 
 
 class PacerSpec(BaseModel):
@@ -113,7 +123,8 @@ class AgentMesh:
         cip = self.coordinator.IP()
         self._spawn(self.coordinator, "coordinator",
                     ["coordinator", "--bind", cip, "--port", str(COORD_PORT),
-                     "--http-port", str(HTTP_PORT), "--window", str(self.cfg.window_s)])
+                     "--http-port", str(HTTP_PORT), "--window", str(self.cfg.window_s),
+                     "--drift-windows", str(self.cfg.drift_windows)])
         self.wait_api(10.0)
         key = ["--key", self.cfg.key] if self.cfg.key else []
         for vm in vms:

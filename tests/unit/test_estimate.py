@@ -15,7 +15,7 @@ import pytest
 from scipy.optimize import linprog
 
 from agents.clock import ClockSpec, Oscillator, Segment
-from agents.estimate import PairFit, _max_margin, fit_pair, ntp_pair, pure_pairs
+from agents.estimate import PairFit, _max_margin, fit_pair, line_fit, ntp_pair, pure_pairs
 
 NS = 1_000_000_000
 T0 = 1_800_000_000 * NS  # true time at the window start (2027)
@@ -276,3 +276,18 @@ def test_fit_pair_errors_are_clear():
         ntp_pair(ftx, frx, rtx, rrx, filter_n=0)
     with pytest.raises(ValueError, match="after the filter"):
         ntp_pair(ftx[:4], frx[:4], rtx, rrx, filter_n=8)
+
+
+def test_line_fit_is_the_least_squares_line():
+    rng = np.random.default_rng(5)
+    x = np.sort(rng.uniform(-4.0, 4.0, 40))
+    y = 1e4 + 250.0 * x + rng.normal(0.0, 30.0, x.size)
+    slope, icpt = line_fit(x, y)
+    ref_slope, ref_icpt = np.polyfit(x, y, 1)
+    assert slope == pytest.approx(ref_slope, rel=1e-12)
+    assert icpt == pytest.approx(ref_icpt, rel=1e-12)
+    assert line_fit(np.array([0.0, 2.0]), np.array([1.0, 5.0])) == pytest.approx((2.0, 1.0))
+    with pytest.raises(ValueError, match="2 points"):
+        line_fit(np.array([1.0]), np.array([1.0]))
+    with pytest.raises(ValueError, match="equal"):
+        line_fit(np.array([3.0, 3.0]), np.array([1.0, 2.0]))

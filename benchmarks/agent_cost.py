@@ -1,0 +1,204 @@
+"""What an agent costs at its default probe rate, this tree against another commit's agent,
+side by side in one run: N agent processes and a coordinator on loopback (no lab, no root:
+127.77.0.x addresses, real sockets and kernel timestamps), CPU read from /proc after a warm-up.
+
+    .venv/bin/python benchmarks/agent_cost.py [--before main] [--vms 8] [--rate 20]
+                                              [--seconds 20] [--rounds 3]
+
+Three floors run beside them, each an agent's sends and queue reads (same socket options,
+rate, peers and 20 ms tick) without any of its logic: "floor: Python" (``floor_node``, a
+system call per datagram from Python), "floor: C" (``agent_floor.c``, the same calls from C)
+and "floor: C, batched" (one recvmmsg per queue and one sendmmsg per tick). They bound what
+a rewrite could reach: Python cannot go below its floor, a compiled agent not below C's.
+
+Each round runs the variants at the same time (each its own addresses and ports: the same
+machine state for both); printed per variant: median over rounds of the agents' median CPU
+(share of one core; 0.01 is 1 %), split into user and system, and the coordinator's. The total
+is the scheduler's exact run time; the split is sampled at each timer tick
+(CONFIG_TICK_CPU_ACCOUNTING). ``sys`` is the kernel's work in the agent's context: its system
+calls and, as this kernel charges softirq time to whatever task it interrupts
+(CONFIG_IRQ_TIME_ACCOUNTING off), the loopback delivery of its datagrams and any other softirq
+that ran meanwhile, so it grows with the machine's load. In a lab the same holds, with the
+emulated fabric's forwarding of its probes in ``sys``.
+Goal (issue 14): user + sys <= 0.01 at 7 peers x 20 pairs/s.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from io import BytesIO
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def checkout(ref: str, into: str) -> str:
+    """``ref``'s tree (git archive) unpacked under ``into``; returns its path."""
+    data = subprocess.run(["git", "-C", str(REPO), "archive", ref], check=True,
+                          capture_output=True).stdout
+    path = os.path.join(into, "before")
+    with tarfile.open(fileobj=BytesIO(data)) as tar:
+        tar.extractall(path, filter="data")
+    return path
+
+
+FLOOR = "floor: Python"
+C_FLOOR = {"floor: C": "0", "floor: C, batched": "1"}
+
+
+def compile_floor(into: str) -> dict[str, str]:
+    """``agent_floor.c`` compiled with gcc: ``{variant: binary}`` for both ``C_FLOOR``
+    variants (one binary per variant's directory; {} without gcc)."""
+    out = {}
+    for name in C_FLOOR:
+        d = os.path.join(into, name)
+        os.makedirs(d)
+        exe = os.path.join(d, "agent_floor")
+        try:
+            subprocess.run(["gcc", "-O2", "-o", exe, str(REPO / "benchmarks" / "agent_floor.c")],
+                           check=True)
+        except (OSError, subprocess.CalledProcessError) as e:
+            print(f"C floor skipped: {e}", file=sys.stderr)
+            return {}
+        out[name] = exe
+    return out
+
+
+def floor_node(me: str, peers: list[str], port: int, rate: float, seconds: float) -> None:
+    """An agent's datagram I/O without its logic: every tick (20 ms) the pairs due to each
+    peer (two 56-byte datagrams, ``rate`` per second on average), then the error queue and
+    the receive queue drained with ``recvmsg``; nothing parsed. The same socket options and
+    system calls as ``agents.agent``: the part of an agent's CPU that no rewrite of its logic
+    (compiled or not) removes, while it sends and reads each datagram on its own."""
+    from agents.agent import MSG_ERRQUEUE, SO_TIMESTAMPING, TS_FLAGS
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, TS_FLAGS)
+    sock.bind((me, port))
+    sock.setblocking(False)
+    pkt, due = bytes(56), {p: 0.0 for p in peers}
+    end = time.monotonic() + seconds
+    while (now := time.monotonic()) < end:
+        for queue in (MSG_ERRQUEUE, 0):
+            try:
+                while True:
+                    sock.recvmsg(2048, 512, queue)
+            except BlockingIOError:
+                pass
+        for peer, t in due.items():
+            if t <= now:
+                sock.sendto(pkt, (peer, port))
+                sock.sendto(pkt, (peer, port))
+                due[peer] = t + random.uniform(0.5, 1.5) / rate
+        time.sleep(max(0.02 - (time.monotonic() - now), 0.0))
+
+
+def start(tree: str, n: int, vms: int, rate: float, seconds: float) -> list[subprocess.Popen]:
+    """Variant ``n``'s coordinator and ``vms`` agents from ``tree`` (addresses 127.77.n.x,
+    ports 47700 + 10 n .. so variants run side by side); for a floor (``tree`` a compiled
+    ``agent_floor`` binary, or ``FLOOR``: ``floor_node``), ``vms`` floor nodes and an idle
+    process in the coordinator's place."""
+    env = dict(os.environ, PYTHONPATH=tree if os.path.isdir(tree) else str(REPO))
+    ips = {f"vm{i + 1}": f"127.77.{n}.{i + 2}" for i in range(vms)}
+    port = 47700 + 10 * n
+    coord = f"127.77.{n}.1"
+    if not os.path.isdir(tree):
+        cmd = [sys.executable, __file__, "--floor-node"] if tree == FLOOR else [tree]
+        tail = [] if tree == FLOOR else [C_FLOOR[os.path.basename(os.path.dirname(tree))]]
+        return [subprocess.Popen(["sleep", str(seconds)])] + [
+            subprocess.Popen([*cmd, ip, ",".join(q for q in ips.values() if q != ip),
+                              str(port + 2), str(rate), str(seconds), *tail], env=env)
+            for ip in ips.values()]
+    base = [sys.executable, "-m", "agents", "--log-level", "WARNING"]
+    procs = [subprocess.Popen([*base, "coordinator", "--bind", coord, "--port", str(port),
+                               "--http-port", str(port + 1)], env=env, cwd=tree)]
+    for vm, ip in ips.items():
+        peers = ",".join(f"{p}={q}" for p, q in ips.items() if p != vm)
+        procs.append(subprocess.Popen([*base, "agent", "--name", vm, "--bind", ip, "--peers",
+                                       peers, "--coordinator", f"{coord}:{port}", "--port",
+                                       str(port + 2), "--rate", str(rate)], env=env, cwd=tree))
+    return procs
+
+
+def measure(trees: list[str], vms: int, rate: float, warmup: float,
+            seconds: float) -> list[dict]:
+    """Run every tree's agents and coordinator at once; per tree, CPU shares over
+    ``seconds`` after ``warmup``: ``{"user": median over agents, "sys": ..., "coordinator":
+    user + sys}``."""
+    procs = [start(tree, n, vms, rate, warmup + seconds + 5) for n, tree in enumerate(trees)]
+    try:
+        time.sleep(warmup)
+        ps = [[psutil.Process(p.pid) for p in group] for group in procs]
+        t0, c0 = time.monotonic(), [[p.cpu_times() for p in g] for g in ps]
+        time.sleep(seconds)
+        dt, c1 = time.monotonic() - t0, [[p.cpu_times() for p in g] for g in ps]
+    finally:
+        for p in (p for g in procs for p in g):
+            p.send_signal(signal.SIGTERM)
+        for p in (p for g in procs for p in g):
+            p.wait(timeout=10)
+    out = []
+    for a, b in zip(c0, c1, strict=True):
+        user = [(y.user - x.user) / dt for x, y in zip(a[1:], b[1:], strict=True)]
+        syst = [(y.system - x.system) / dt for x, y in zip(a[1:], b[1:], strict=True)]
+        coord = (b[0].user + b[0].system - a[0].user - a[0].system) / dt
+        out.append({"user": statistics.median(user), "sys": statistics.median(syst),
+                    "coordinator": coord})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 2)[2])
+    ap.add_argument("--before", default=None, help="git ref of the agent to compare with")
+    ap.add_argument("--vms", type=int, default=8, help="agents (each probes all others)")
+    ap.add_argument("--rate", type=float, default=20.0, help="pairs/s per peer")
+    ap.add_argument("--warmup", type=float, default=5.0, help="s before measuring")
+    ap.add_argument("--seconds", type=float, default=20.0, help="s measured per round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--floor-node", nargs=5, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.floor_node:
+        me, peers, port, rate, seconds = args.floor_node
+        floor_node(me, peers.split(","), int(port), float(rate), float(seconds))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"this tree": str(REPO), FLOOR: FLOOR, **compile_floor(tmp)}
+        if args.before:
+            trees = {f"before ({args.before})": checkout(args.before, tmp), **trees}
+        runs: dict[str, list[dict]] = {k: [] for k in trees}
+        for _ in range(args.rounds):
+            for name, res in zip(trees, measure(list(trees.values()), args.vms, args.rate,
+                                                args.warmup, args.seconds), strict=True):
+                runs[name].append(res)
+    print(f"{args.vms} agents x {args.vms - 1} peers x {args.rate:g} pairs/s, "
+          f"{args.rounds} rounds of {args.seconds:g} s (share of one core, median)")
+    print(f"{'variant':24s} {'user':>7s} {'sys':>7s} {'agent':>7s} {'coord':>7s}")
+    med = {}
+    for name, rs in runs.items():
+        m = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        med[name] = m
+        print(f"{name:24s} {m['user']:7.4f} {m['sys']:7.4f} {m['user'] + m['sys']:7.4f} "
+              f"{m['coordinator']:7.4f}")
+    total = {k: m["user"] + m["sys"] for k, m in med.items()}
+    if args.before:
+        print(f"ratio this/before: {total['this tree'] / total[f'before ({args.before})']:.2f}")
+    for name in (FLOOR, *C_FLOOR):
+        if name in total:
+            print(f"{name} / this tree: {total[name] / total['this tree']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
