@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from lab import tc
+from lab import qos, tc
 from lab.errors import LabError
 from lab.events import (
     ClockStep,
@@ -123,16 +123,24 @@ class Faults:
         for intf in self.ends(a, b):
             if intf.shaping.bw is None:
                 raise LabError(f"link {a}-{b} has no rate limit to change; give it a bw")
-        for intf in self._reshape(a, b, bw=mbit):
-            tc.set_rate(intf.shaper_node.ipr, intf.shaper_index, mbit)
+        ends = list(self._reshape(a, b, bw=mbit))
+        if self.lab.classes:  # the rate is every class's ceil too: re-install them
+            qos.reshape(ends, self.lab.classes)
+        else:
+            for intf in ends:
+                tc.set_rate(intf.shaper_node.ipr, intf.shaper_index, mbit)
         return self.lab.stamp_fault(Rate(link=(a, b), mbit=mbit))
 
     def queue(self, a: str, b: str, packets: int) -> Event:
         """Change the queue limit (packets) of a link."""
         if packets < 1:
             raise LabError(f"queue limit must be >= 1 packet, got {packets}")
-        for intf in self._reshape(a, b, max_queue_size=packets):
-            tc.set_queue(intf.shaper_node.ipr, intf.shaper_index, intf.shaping)
+        ends = list(self._reshape(a, b, max_queue_size=packets))
+        if self.lab.classes:  # every class has the link's queue
+            qos.reshape(ends, self.lab.classes)
+        else:
+            for intf in ends:
+                tc.set_queue(intf.shaper_node.ipr, intf.shaper_index, intf.shaping)
         return self.lab.stamp_fault(Queue(link=(a, b), packets=packets))
 
     # -- VMs -------------------------------------------------------------------------------

@@ -125,6 +125,8 @@ class Lab:
         self.phys: dict[str, str] = {}
         """VM -> physical host now: the one placement truth (migrations change it)."""
         self.down_links: set[frozenset[str]] = set()
+        self.classes: tuple[tc.TrafficClass, ...] = ()
+        """Traffic classes on the fabric links now (``lab.qos.set_classes``)."""
         self.bringup_s = self.teardown_s = None
         self.leftovers: list[str] = []
         self.t0_ns = 0

@@ -11,6 +11,13 @@ run-time changes go through netlink (pyroute2) or a one-off nft batch.
       one MTU-sized packet, as in a switch buffer. Rate-only links keep GSO: without it one
       TCP flow tops out near 250 Mbit/s on a 2-core machine instead of ~945 at 1 Gbit/s.
     * delay / jitter / reorder: ``netem`` as the leaf ``10:`` (tc-netem(8)); needs ``sch_netem``.
+    * traffic classes (optional, ``class_commands``): under ``1:1`` one HTB class per
+      ``TrafficClass`` (``1:11``, ``1:12``, ...: guaranteed ``share`` of the rate, ceil the
+      rate, HTB ``prio``: spare bandwidth goes to the lowest prio first), chosen by the
+      packet's DSCP (``u32 match ip dsfield``), and the default class ``1:10`` (unmarked
+      packets: the rest of the rate, prio 7); each class has the link's queue (its own
+      ``pfifo``/``netem``, as a switch port's per-class queues). Sources: tc-htb(8), the HTB
+      user guide (Devera, "HTB Linux queuing discipline manual"), tc-u32(8), RFC 2474 (DSCP).
     * loss (percent): nftables ``numgen random`` drop on the *ingress* of the receiving
       interface (table ``netdev nslab``), which works with and without netem; an egress-hook
       drop is counted but not enforced on some kernels, ingress is.
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from pyroute2 import IPRoute
@@ -130,19 +138,44 @@ def _netem(p: LinkParams) -> dict:
     return kw
 
 
-def shape_commands(ifname: str, p: LinkParams) -> list[str]:
-    """``tc -batch`` lines that install ``p``'s egress emulation on ``ifname`` (bring-up runs
-    them per namespace in one process; run-time changes go through netlink below)."""
-    if p.bw is None and not p.netem_fields() and p.max_queue_size is None:
-        return []
-    lines, parent = [], "root"
-    if p.bw is not None:
-        c = _htb_class(p.bw)
-        lines += [f"qdisc add dev {ifname} root handle 1: htb default 1",
-                  f"class add dev {ifname} parent 1: classid 1:1 htb rate {c['rate']} "
-                  f"ceil {c['rate']} burst {c['burst']}b cburst {c['cburst']}b "
-                  f"quantum {c['quantum']}"]
-        parent = "parent 1:1"
+@dataclass(frozen=True)
+class TrafficClass:
+    """Packets marked ``dscp`` get their own HTB class (``class_commands``).
+
+    Attributes:
+        dscp: DSCP code point 0..63 (RFC 2474; the IP TOS byte is ``dscp << 2``).
+        share: fraction of the link rate guaranteed to the class, in (0, 1).
+        prio: HTB priority 0..7 (0 is offered spare bandwidth first).
+    """
+
+    dscp: int
+    share: float
+    prio: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.dscp <= 63:
+            raise ValueError(f"DSCP {self.dscp} is outside 0..63")
+        if not 0 < self.share < 1:
+            raise ValueError(f"share {self.share} is outside (0, 1)")
+        if not 0 <= self.prio <= 7:
+            raise ValueError(f"HTB prio {self.prio} is outside 0..7")
+
+
+DEFAULT_MINOR = 0x10
+"""Minor of the default class of a classed link (unmarked packets); DSCP class k is 0x11 + k."""
+
+
+def _htb_line(ifname: str, parent: str, classid: str, bw_mbit: float,
+              ceil_mbit: float | None = None, prio: int | None = None) -> str:
+    c, top = _htb_class(bw_mbit), _htb_class(ceil_mbit or bw_mbit)
+    return (f"class add dev {ifname} parent {parent} classid {classid} htb rate {c['rate']} "
+            f"ceil {top['rate']} burst {c['burst']}b cburst {top['cburst']}b "
+            f"quantum {c['quantum']}" + ("" if prio is None else f" prio {prio}"))
+
+
+def _leaf_line(ifname: str, parent: str, handle: str, p: LinkParams) -> list[str]:
+    """The queue under ``parent``: netem when ``p`` needs it, a pfifo of
+    ``p.max_queue_size`` packets, or none (HTB's default, txqueuelen packets)."""
     if p.netem_fields():
         n = _netem(p)
         opts = f"limit {n['limit']}"
@@ -150,9 +183,54 @@ def shape_commands(ifname: str, p: LinkParams) -> list[str]:
             opts += f" delay {n['delay']}us" + (f" {n['jitter']}us" if p.jitter else "")
         if p.reorder:
             opts += f" reorder {p.reorder}%"
-        lines.append(f"qdisc add dev {ifname} {parent} handle 10: netem {opts}")
-    elif p.max_queue_size is not None:
-        lines.append(f"qdisc add dev {ifname} {parent} handle 10: pfifo limit {p.max_queue_size}")
+        return [f"qdisc add dev {ifname} {parent} handle {handle} netem {opts}"]
+    if p.max_queue_size is not None:
+        return [f"qdisc add dev {ifname} {parent} handle {handle} pfifo limit "
+                f"{p.max_queue_size}"]
+    return []
+
+
+def shape_commands(ifname: str, p: LinkParams) -> list[str]:
+    """``tc -batch`` lines that install ``p``'s egress emulation on ``ifname`` (bring-up runs
+    them per namespace in one process; run-time changes go through netlink below)."""
+    if p.bw is None and not p.netem_fields() and p.max_queue_size is None:
+        return []
+    lines, parent = [], "root"
+    if p.bw is not None:
+        lines += [f"qdisc add dev {ifname} root handle 1: htb default 1",
+                  _htb_line(ifname, "1:", "1:1", p.bw)]
+        parent = "parent 1:1"
+    return lines + _leaf_line(ifname, parent, "10:", p)
+
+
+def class_commands(ifname: str, p: LinkParams, classes: Sequence[TrafficClass]) -> list[str]:
+    """``tc -batch`` lines that replace ``ifname``'s emulation by ``p``'s with ``classes``
+    (the module docstring); no classes: ``p``'s plain emulation again.
+
+    Raises:
+        ValueError: classes on a link without a rate, a DSCP given twice, or shares that
+            leave nothing for the default class (their sum must be below 1).
+    """
+    lines = [f"qdisc del dev {ifname} root"]
+    if not classes:
+        return lines + shape_commands(ifname, p)
+    if p.bw is None:
+        raise ValueError(f"{ifname}: traffic classes need a link rate (bw)")
+    if len({c.dscp for c in classes}) != len(classes):
+        raise ValueError(f"{ifname}: a DSCP names two traffic classes")
+    rest = 1 - sum(c.share for c in classes)
+    if rest <= 0:
+        raise ValueError(f"{ifname}: class shares sum to {1 - rest:g}; keep them below 1")
+    lines += [f"qdisc add dev {ifname} root handle 1: htb default {DEFAULT_MINOR:x}",
+              _htb_line(ifname, "1:", "1:1", p.bw),
+              _htb_line(ifname, "1:1", f"1:{DEFAULT_MINOR:x}", p.bw * rest, p.bw, prio=7),
+              *_leaf_line(ifname, f"parent 1:{DEFAULT_MINOR:x}", f"{DEFAULT_MINOR:x}:", p)]
+    for k, c in enumerate(classes):
+        minor = f"{DEFAULT_MINOR + 1 + k:x}"
+        lines += [_htb_line(ifname, "1:1", f"1:{minor}", p.bw * c.share, p.bw, prio=c.prio),
+                  *_leaf_line(ifname, f"parent 1:{minor}", f"{minor}:", p),
+                  f"filter add dev {ifname} parent 1: protocol ip prio 1 u32 match ip dsfield "
+                  f"{c.dscp << 2:#04x} 0xfc flowid 1:{minor}"]
     return lines
 
 

@@ -1,8 +1,17 @@
-"""Link parameter parsing and the netem capability check (no root)."""
+"""Link parameter parsing, the netem capability check and the traffic classes' tc lines
+(no root)."""
 import pytest
 
 from lab.errors import CapabilityError
-from lab.tc import LinkParams, _htb_class, parse_time_us, require
+from lab.tc import (
+    LinkParams,
+    TrafficClass,
+    _htb_class,
+    class_commands,
+    parse_time_us,
+    require,
+    shape_commands,
+)
 
 
 @pytest.mark.parametrize("text, us", [("2ms", 2000.0), ("500us", 500.0), ("1.5s", 1.5e6),
@@ -36,3 +45,37 @@ def test_htb_burst_and_quantum_scale_with_rate():
     slow, fast = _htb_class(10), _htb_class(1000)
     assert slow["burst"] == 15000 and fast["burst"] == 125000  # 1 ms of 1 Gbit/s
     assert 1600 <= slow["quantum"] <= fast["quantum"] <= 200000
+
+
+def test_class_commands_classify_by_dscp_under_the_link_rate():
+    p = LinkParams(bw=100, max_queue_size=50)
+    lines = class_commands("eth1", p, [TrafficClass(8, 0.05, 0), TrafficClass(16, 0.25, 1)])
+    assert lines[:2] == ["qdisc del dev eth1 root",
+                         "qdisc add dev eth1 root handle 1: htb default 10"]
+    classes = [ln for ln in lines if ln.startswith("class add")]
+    # the link's class, the default class with the rest (70 %), one per DSCP; all ceil 100
+    assert [ln.split(" rate ")[1].split()[0] for ln in classes] == [
+        "100000000bit", "70000000bit", "5000000bit", "25000000bit"]
+    assert all("ceil 100000000bit" in ln for ln in classes)
+    assert [ln.split(" prio ")[1] for ln in classes[1:]] == ["7", "0", "1"]
+    assert "match ip dsfield 0x20 0xfc flowid 1:11" in lines[-4]  # DSCP 8 = TOS 0x20
+    assert "match ip dsfield 0x40 0xfc flowid 1:12" in lines[-1]
+    assert sum("pfifo limit 50" in ln for ln in lines) == 3  # a queue per class
+    assert class_commands("eth1", p, []) == ["qdisc del dev eth1 root",
+                                             *shape_commands("eth1", p)]
+
+
+@pytest.mark.parametrize("p, classes, message", [
+    (LinkParams(max_queue_size=5), [TrafficClass(8, 0.1, 0)], "need a link rate"),
+    (LinkParams(bw=10), [TrafficClass(8, 0.5, 0), TrafficClass(8, 0.1, 1)], "two traffic"),
+    (LinkParams(bw=10), [TrafficClass(8, 0.5, 0), TrafficClass(9, 0.5, 1)], "sum to 1"),
+])
+def test_class_commands_refuse(p, classes, message):
+    with pytest.raises(ValueError, match=message):
+        class_commands("eth1", p, classes)
+
+
+@pytest.mark.parametrize("args", [(64, 0.1, 0), (8, 0, 0), (8, 1, 0), (8, 0.1, 8)])
+def test_traffic_class_bounds(args):
+    with pytest.raises(ValueError):
+        TrafficClass(*args)
