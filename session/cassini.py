@@ -7,9 +7,16 @@ Modes (results contract ``cassini.sets[].modes``):
     * ``shifted_synced``: on CASSINI's slots and shifts, each rank correcting its VM clock by
       the agents' offset and drift estimates (``workloads.schedule``);
     * ``shifted_raw``: the same slots read on the raw VM clocks (offsets and drift uncorrected).
+    * ``unfair``: back to back as in ``fair``, but the k-th job of the set marks its packets
+      DSCP ``8 (k + 1)`` (class selector k + 1, ``JobConfig.dscp``) and every fabric link
+      gives that DSCP a class of HTB prio k and ``CassiniSpec.unfair_share(k)`` of the rate
+      (``lab.qos``), removed after the run: the precursor's unfair shares (Rajasekaran et
+      al., HotNets 2022), here as a switch priority instead of a congestion control timer.
 
 Per mode and set: ``mean_iteration_s`` and ``p99_iteration_s`` over every iteration of every
-job of the set (an iteration counts as its slowest rank's), and per job its p50 and p99.
+job of the set (an iteration counts as its slowest rank's), per job its p50 and p99, and
+``comm_overlap``: how much the jobs' collectives met (``overlap_fraction``), in true time: the
+ranks' own VM-clock timestamps mapped through the lab's clock truth, which only the lab knows.
 """
 from __future__ import annotations
 
@@ -17,6 +24,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from agents.clock import ClockSpec
+from lab import qos
+from lab.errors import LabError
+from lab.tc import TrafficClass
 from scheduler import plan as planner
 from session import jobs
 from session.scenario import CassiniSet, CassiniSpec
@@ -53,6 +64,23 @@ def _run(lab: Lab, runs: list[tuple[str, JobConfig, list[str]]]) -> list[dict]:
     return [summary for _, summary in jobs.run_together(lab, runs)]
 
 
+def unfair_dscp(k: int) -> int:
+    """The DSCP of a set's k-th job (0-based) in the unfair mode: class selector k + 1."""
+    return 8 * (k + 1)
+
+
+def _run_unfair(lab: Lab, spec: CassiniSpec, runs: list[tuple[str, JobConfig, list[str]]]
+                ) -> list[dict]:
+    """``runs`` (the k-th marked ``unfair_dscp(k)``) together, each job in its own fabric
+    class (module docstring)."""
+    qos.set_classes(lab, [TrafficClass(dscp=unfair_dscp(k), share=spec.unfair_share(k), prio=k)
+                          for k in range(len(runs))])
+    try:
+        return _run(lab, runs)
+    finally:
+        qos.set_classes(lab, [])
+
+
 def run_set(lab: Lab, spec: CassiniSpec, cset: CassiniSet, configs: Mapping[str, JobConfig],
             vms: Mapping[str, list[str]], state: Callable[[], CoordinatorState | None],
             progress: Callable[[str], None]) -> dict:
@@ -71,28 +99,79 @@ def run_set(lab: Lab, spec: CassiniSpec, cset: CassiniSet, configs: Mapping[str,
     for mode in spec.modes:
         start = time.time_ns() + round(START_AHEAD_S * 1e9)
         runs = []
-        for n in names:
+        for k, n in enumerate(names):
             cfg = configs[n]
-            if mode != "fair":
+            if mode == "unfair":
+                cfg = cfg.model_copy(update={"dscp": (unfair_dscp(k),)})
+            elif mode != "fair":
                 sched = {"start_ns": start, "period_s": p.slots_s[n],
                          "shift_s": p.shifts_s[n]}
                 if mode == "shifted_synced":
                     est = offsets(state(), vms[n], start)
                     if est is None:
-                        modes[mode] = {"error": "no offset estimates from the agents"}
+                        modes[mode] = failed("no offset estimates from the agents")
                         break
                     sched["offsets_ns"], sched["drifts_ppm"] = est
                 cfg = cfg.model_copy(update={"schedule": Schedule(**sched)})
             runs.append((f"{n}_{mode}", cfg, vms[n]))
         else:
-            summaries = _run(lab, runs)
-            modes[mode] = mode_entry(names, summaries)
+            try:
+                summaries = _run_unfair(lab, spec, runs) if mode == "unfair" else _run(lab, runs)
+            except LabError as e:  # the fabric refused the unfair mode's classes
+                modes[mode] = failed(str(e))
+                continue
+            specs = lab.clocks.specs
+            modes[mode] = mode_entry(names, summaries) | {"comm_overlap": overlap_fraction(
+                [true_comm_phases(s, vms[n], specs) for n, s in zip(names, summaries,
+                                                                    strict=True)])}
             progress(f"cassini {cset.name} {mode}: mean iteration "
-                     f"{modes[mode]['mean_iteration_s']} s")
+                     f"{modes[mode]['mean_iteration_s']} s, collectives overlapping "
+                     f"{modes[mode]['comm_overlap']}")
     return {"name": cset.name, "score": p.score, "unshifted_score": p.unshifted_score,
             "predicted_compatible": p.score >= spec.threshold, "perimeter_s": p.perimeter_s,
             "slots_s": p.slots_s, "shifts_s": p.shifts_s,
             "profiles": {n: vars(profiles[n]) for n in names}, "error": None, "modes": modes}
+
+
+def overlap_fraction(jobs_: Sequence[Sequence[tuple[int, int]]]) -> float | None:
+    """The fraction of the jobs' communication time during which another job communicated.
+
+    Args:
+        jobs_: per job, its collective phases as [start, end) intervals (any one time unit,
+            one clock for all).
+    Returns:
+        sum over jobs and phases of the time shared with another job's phases, divided by the
+        sum of the phases' lengths; in [0, 1]; None when no phase has a length.
+    """
+    total = shared = 0
+    for j, mine in enumerate(jobs_):
+        others = [iv for k, ivs in enumerate(jobs_) if k != j for iv in ivs]
+        for s0, e0 in mine:
+            total += max(0, e0 - s0)
+            cut = sorted((max(s0, s1), min(e0, e1)) for s1, e1 in others if s1 < e0 and e1 > s0)
+            reach = s0
+            for a, b in cut:  # the union of the others' phases within [s0, e0)
+                shared += max(0, b - max(a, reach))
+                reach = max(reach, b)
+    return shared / total if total else None
+
+
+def true_comm_phases(summary: Mapping, vms: Sequence[str], specs: Mapping[str, ClockSpec]
+                     ) -> list[tuple[int, int]]:
+    """A job's collective phases in true time, ns: per timed iteration, from the last rank's
+    start to the last rank's end (each rank's VM-clock stamps through its VM's ``ClockSpec``);
+    [] when the job failed."""
+    workers = summary.get("workers") or []
+    if summary.get("error") or not workers or any(w is None for w in workers):
+        return []
+
+    def true_ns(vm_ns: int, vm: str) -> int:  # offset read at VM time: off by drift * offset
+        return vm_ns - round(specs[vm].offset_at(vm_ns))
+
+    per_rank = [[(true_ns(t, vm), true_ns(t + round(c * 1e9), vm))
+                 for t, c in zip(w["comm_start_ns"], w["comm_s"], strict=True)]
+                for w, vm in zip(workers, vms, strict=True)]
+    return [(max(s for s, _ in it), max(e for _, e in it)) for it in zip(*per_rank, strict=True)]
 
 
 def mode_entry(names: Sequence[str], summaries: Sequence[Mapping]) -> dict:
@@ -102,12 +181,16 @@ def mode_entry(names: Sequence[str], summaries: Sequence[Mapping]) -> dict:
     errors = [s["error"] for s in summaries if s.get("error")]
     pooled = percentiles([t for ts in per_job.values() for t in ts], keys=("mean", "p99"))
     if errors or pooled is None:
-        return {"mean_iteration_s": None, "p99_iteration_s": None, "jobs": {},
-                "error": "; ".join(errors) or "no iterations"}
+        return failed("; ".join(errors) or "no iterations")
     jobs_ = {n: percentiles(ts, keys=("p50", "p99")) for n, ts in per_job.items()}
     return {"mean_iteration_s": pooled["mean"], "p99_iteration_s": pooled["p99"],
             "jobs": {n: {"p50_s": t["p50"], "p99_s": t["p99"]} for n, t in jobs_.items()},
             "error": None}
+
+
+def failed(why: str) -> dict:
+    """A mode's entry without times."""
+    return {"mean_iteration_s": None, "p99_iteration_s": None, "jobs": {}, "error": why}
 
 
 def predicted_ranking(sets: Sequence[Mapping]) -> bool | None:

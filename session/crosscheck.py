@@ -225,6 +225,10 @@ def _cassini(sc: Scenario) -> list[Explained]:
         if len(set(used)) != len(used):
             out.append(Explained(path, f"the jobs of {s.name} share a VM; give each its own "
                                        "VMs"))
+    if "unfair" in sc.cassini.modes and sc.fabric is not None and sc.fabric.mode == "entropy":
+        out.append(Explained(("cassini", "modes"), "the unfair mode marks jobs by DSCP, which "
+                             "the entropy fabric reads as path slots", "use fabric mode ecmp "
+                             "or spray, or leave unfair out of the modes"))
     return out
 
 

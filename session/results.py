@@ -466,6 +466,11 @@ class CassiniMode(_Model):
     mean_iteration_s: float | None = Field(description="mean iteration time, s")
     p99_iteration_s: float | None = Field(description="99th percentile iteration time, s")
     jobs: dict[str, CassiniJobTimes] = Field(default_factory=dict, description="per job")
+    comm_overlap: float | None = Field(None, description="fraction of the jobs' collective "
+                                       "time during which another job of the set was in its "
+                                       "collective too (true time, from the ranks' own "
+                                       "timestamps and the lab's clock truth); 0 = fully "
+                                       "interleaved")
     error: str | None = Field(None, description="why the mode has no times")
 
 
@@ -492,8 +497,8 @@ class CassiniSet(_Model):
     shifts_s: dict[str, float] | None = Field(description="per job: its time shift, s")
     profiles: dict[str, CassiniProfile] | None = Field(None, description="per job, alone")
     error: str | None = Field(None, description="why the set could not be planned")
-    modes: dict[str, CassiniMode] = Field(description="fair, shifted_synced, shifted_raw "
-                                                      "(those that ran)")
+    modes: dict[str, CassiniMode] = Field(description="fair, shifted_synced, shifted_raw, "
+                                                      "unfair (those that ran)")
 
 
 class CassiniSection(_Model):
@@ -778,8 +783,10 @@ def _cassini_report(doc: Results) -> list[str]:
             ratio = (f" (fair / this: mean {fair.mean_iteration_s / m.mean_iteration_s:.2f}, "
                      f"p99 {fair.p99_iteration_s / m.p99_iteration_s:.2f})"
                      if fair and fair.mean_iteration_s and name != "fair" else "")
+            overlap = ("" if m.comm_overlap is None else
+                       f", collectives overlapping {m.comm_overlap:.0%}")
             lines.append(f"    {name:15s} iteration mean {m.mean_iteration_s:.3f} s, p99 "
-                         f"{m.p99_iteration_s:.3f} s{ratio}")
+                         f"{m.p99_iteration_s:.3f} s{ratio}{overlap}")
     lines.append(f"  cassini: scores rank the sets' gains: {doc.cassini.score_ranks_gains}")
     return lines
 

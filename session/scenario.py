@@ -153,7 +153,9 @@ class JobSpec(JobConfig):
                                                         exclude_unset=True))
 
 
-CassiniMode = Literal["fair", "shifted_synced", "shifted_raw"]
+CassiniMode = Literal["fair", "shifted_synced", "shifted_raw", "unfair"]
+UNFAIR_MAX_JOBS = 7
+"""Jobs of a set in the unfair mode at most: HTB prios 0..6 (7 is the unmarked class's)."""
 
 
 class CassiniSet(_Strict):
@@ -171,20 +173,40 @@ class CassiniSpec(_Strict):
                                  "Mbit/s")
     sets: list[CassiniSet] = Field(min_length=1)
     modes: list[CassiniMode] = Field(
-        default_factory=lambda: ["fair", "shifted_synced", "shifted_raw"], min_length=1,
-        description="fair: together, back to back; shifted_synced: CASSINI slots on clocks "
-        "corrected by the agents; shifted_raw: the slots on raw VM clocks")
+        default_factory=lambda: ["fair", "shifted_synced", "shifted_raw", "unfair"],
+        min_length=1, description="fair: together, back to back; shifted_synced: CASSINI "
+        "slots on clocks corrected by the agents; shifted_raw: the slots on raw VM clocks; "
+        "unfair: back to back, the k-th job of a set marked DSCP 8 (k + 1) and given a "
+        "fabric class of HTB prio k (unfair_shares)")
+    unfair_shares: list[Annotated[float, Field(gt=0, lt=1)]] = Field(
+        default_factory=lambda: [0.05], min_length=1, description="unfair mode: the fraction "
+        "of every fabric link guaranteed to the k-th job's class (the last value for jobs "
+        "beyond the list; the rest of the link is lent to the classes in prio order, so "
+        "small equal shares are a strict priority by the set's order)")
     margin: float = Field(0.1, ge=0, le=10, description="slot = iteration alone * (1 + margin)"
                           ", rounded up to quantum_s")
     quantum_s: float = Field(0.05, gt=0, le=60, description="slots are multiples of it, s")
     threshold: float = Field(0.95, le=1, description="a set is predicted compatible when its "
                              "score is at least this")
 
+    def unfair_share(self, k: int) -> float:
+        """The k-th job's (0-based) fraction of a fabric link in the unfair mode."""
+        return self.unfair_shares[min(k, len(self.unfair_shares) - 1)]
+
     @model_validator(mode="after")
     def _distinct(self) -> CassiniSpec:
         for s in self.sets:
             if len(set(s.jobs)) != len(s.jobs):
                 raise ValueError(f"sets: {s.name} names a job twice")
+            if "unfair" not in self.modes:
+                continue
+            if len(s.jobs) > UNFAIR_MAX_JOBS:
+                raise ValueError(f"sets: {s.name} has {len(s.jobs)} jobs; the unfair mode "
+                                 f"classes at most {UNFAIR_MAX_JOBS}")
+            total = sum(self.unfair_share(k) for k in range(len(s.jobs)))
+            if total >= 1:
+                raise ValueError(f"unfair_shares: the jobs of {s.name} take {total:g} of a "
+                                 "link; keep the sum below 1 (unmarked traffic needs a class)")
         return self
 
 

@@ -3,8 +3,10 @@ rotation is known by hand."""
 import numpy as np
 import pytest
 
+from agents.clock import ClockSpec, Oscillator, Segment
 from scheduler.cassini import Circle, best_rotation, job_shifts, score, unified_perimeter
 from scheduler.plan import Profile, plan, profile, slot_s
+from session.cassini import overlap_fraction, true_comm_phases
 
 C = 100.0  # link capacity, Mbit/s
 
@@ -147,3 +149,30 @@ def test_plan_gives_close_slots_the_longest_one():
     # 0.242 -> 0.25 and 0.2585 -> 0.3, but a's 0.242 reaches b's 0.235: one slot, 0.3
     assert near.slots_s == {"a": pytest.approx(0.3), "b": pytest.approx(0.3)}
     assert near.score == pytest.approx(1.0) and near.perimeter_s == pytest.approx(0.3)
+
+
+def test_overlap_fraction_of_known_phases():
+    # a: [0,10) [20,30); b: [5,15) [40,50); c: [8,12). With b alone a shares [5,10), b the
+    # same. With c: a still 5 s, b [5,12) = 7 s (a and c counted once), c all 4 s
+    a, b, c = [(0, 10), (20, 30)], [(5, 15), (40, 50)], [(8, 12)]
+    assert overlap_fraction([a, b]) == pytest.approx(10 / 40)
+    assert overlap_fraction([a, b, c]) == pytest.approx((5 + 7 + 4) / 44)
+    assert overlap_fraction([a, [(10, 20), (30, 40)]]) == 0  # interleaved: touching only
+    assert overlap_fraction([[], []]) is None
+
+
+def test_true_comm_phases_map_each_rank_through_its_clock():
+    # vm1 runs 2 ms ahead of true time, vm2 at 100 ppm from +1 ms (+1.1005 ms at 1.005 s):
+    # a phase spans from the later rank's true start to the later rank's true end
+    t0 = 10**18
+    spec = {vm: ClockSpec(vm=vm, segments=[Segment(t0, off, "h", Oscillator(t0, ppm))])
+            for vm, off, ppm in (("vm1", 2e6, 0.0), ("vm2", 1e6, 100.0))}
+    s = 10**9
+    summary = {"error": None, "workers": [
+        {"comm_start_ns": [t0 + s + 2_000_000], "comm_s": [0.1]},       # true [t0+1 s, +0.1)
+        {"comm_start_ns": [t0 + s + 5_000_000 + 1_100_500], "comm_s": [0.2]}]}  # true +5 ms
+    (phase,) = true_comm_phases(summary, ["vm1", "vm2"], spec)
+    assert abs(phase[0] - (t0 + s + 5_000_000)) < 200  # 100 ppm of 1.1 ms read at VM time
+    # 0.2 s on a clock 100 ppm fast are 20 us less in true time
+    assert abs(phase[1] - (t0 + s + 205_000_000 - 20_000)) < 200
+    assert true_comm_phases({"error": "lost", "workers": []}, [], spec) == []

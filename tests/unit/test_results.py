@@ -269,7 +269,7 @@ def test_cassini_section_validates_and_reports(doc):
          "profiles": {"a": {"iteration_s": 0.2, "compute_s": 0.1, "comm_s": 0.1,
                             "demand_mbit": 95.0}},
          "modes": {"fair": {**times, "mean_iteration_s": 0.45, "p99_iteration_s": 0.8},
-                   "shifted_synced": times,
+                   "shifted_synced": {**times, "comm_overlap": 0.125},
                    "shifted_raw": {"mean_iteration_s": None, "p99_iteration_s": None,
                                    "error": "rank 0: lost"}}},
         {"name": "trio", "score": None, "predicted_compatible": None, "shifts_s": None,
@@ -281,7 +281,7 @@ def test_cassini_section_validates_and_reports(doc):
     for line in ["  cassini pair: score 1.000 (unshifted 0.500), compatible True, shifts s: "
                  "a 0.000",
                  "    shifted_synced  iteration mean 0.300 s, p99 0.400 s (fair / this: mean "
-                 "1.50, p99 2.00)",
+                 "1.50, p99 2.00), collectives overlapping 12%",
                  "    shifted_raw     rank 0: lost",
                  "  cassini trio: not planned (job c: no timings to profile)",
                  "  cassini: scores rank the sets' gains: None"]:

@@ -195,7 +195,23 @@ def test_cassini_sets_name_jobs_with_their_own_vms(tmp_path, jobs, sets, message
 def test_cassini_jobs_leave_the_sequential_turn():
     sc, _ = load("cassini")
     assert sc.cassini_jobs() == {"a", "b", "c", "d", "e"}
-    assert sc.cassini.modes == ["fair", "shifted_synced", "shifted_raw"]
+    assert sc.cassini.modes == ["fair", "shifted_synced", "shifted_raw", "unfair"]
+    assert [sc.cassini.unfair_share(k) for k in range(3)] == [0.05] * 3
+
+
+@pytest.mark.parametrize("fabric, shares, message", [
+    ("ecmp", "[0.6, 0.4]", "keep the sum below 1"),
+    ("entropy", "[0.05]", "entropy fabric reads as path slots"),
+])
+def test_cassini_unfair_mode_checks(tmp_path, fabric, shares, message):
+    jobs = ("[{name: a, ranks: 2, placement: [vm1, vm3]}, "
+            "{name: b, ranks: 2, placement: [vm2, vm4]}]")
+    text = (GOOD + f"jobs: {jobs}\nfabric: {{mode: {fabric}}}\ncassini: {{capacity_mbit: 100, "
+            f"sets: [{{name: s, jobs: [a, b]}}], unfair_shares: {shares}}}\n")
+    errs = errors_of(write(tmp_path, text))
+    assert any(message in m for m in errs.values()), errs
+    sc, _ = load(write(tmp_path, text.replace("cassini: {", "cassini: {modes: [fair], ")))
+    assert sc.cassini.modes == ["fair"]  # without the unfair mode, nothing to refuse
 
 
 def test_two_step_names_one_of_the_jobs_and_needs_the_agents(tmp_path):
