@@ -1,7 +1,10 @@
 """Iteration slots: a job starts its iterations on a schedule (CASSINI's time shift).
 
-A ``Schedule`` gives a job a grid of iteration start times on a *reference clock*: iteration i
-(warmup included) starts no earlier than ``T_i = start_ns + (shift_s + i * period_s) * 1e9``.
+A ``Schedule`` gives a job a grid of slots on a *reference clock*: slot k starts at
+``T_k = start_ns + (shift_s + k * period_s) * 1e9``, and iteration i (warmup included) starts
+no earlier than ``T_{k0 + i}``, where ``k0`` (``first_slot``) is the first slot the rank can
+still catch once its mesh is up: a job that took longer to start skips the slots it missed
+instead of running late for all of them (and losing its phase, the point of the shift).
 Each rank reads the reference time through its own VM clock: ``offsets_ns[rank]`` is that
 VM's clock minus the reference clock at ``start_ns`` and ``drifts_ppm[rank]`` its rate
 against the reference (what the agents estimate), so the slot on the VM clock is
@@ -13,6 +16,7 @@ delayed by its time shift).
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Protocol
 
@@ -47,6 +51,15 @@ class Schedule(BaseModel):
         offset = self.offsets_ns[rank] if self.offsets_ns else 0
         drift = self.drifts_ppm[rank] if self.drifts_ppm else 0.0
         return self.start_ns + offset + round(since * (1 + drift * 1e-6))
+
+    def first_slot(self, now_ns: int, rank: int) -> int:
+        """The first slot k >= 0 whose start on rank ``rank``'s VM clock is not before
+        ``now_ns`` (that clock's reading now)."""
+        late_s = (now_ns - self.slot_ns(0, rank)) / 1e9
+        k = max(0, math.ceil(late_s / self.period_s))
+        while self.slot_ns(k, rank) < now_ns:  # drift: at most a step or two
+            k += 1
+        return k
 
 
 def wait_until(clock: NowNs, target_ns: int) -> float:

@@ -20,10 +20,11 @@ writes it to ``--json PATH`` if given. Fields (units in the names):
     dscp, seed, clock ("emulated" or "system"), connect_s, start_ns / end_ns (VM clock, first
     timed iteration start and last end), elapsed_s, iteration_s / wait_s / compute_s / comm_s
     (one per timed iteration, seconds; an iteration is its slot wait, compute and collective),
-    comm_start_ns (one per timed iteration: the collective's start, VM clock), verified (bool),
-    error (None or a message starting "rank R: "), error_kind (None, config, unreachable,
-    peer_lost, timeout, terminated, verify, internal), flows (the TCP connections: peer, conn,
-    local, remote, initiator, dscp).
+    comm_start_ns (one per timed iteration: the collective's start, VM clock), first_slot (the
+    schedule's slot of the first iteration, ``Schedule.first_slot``; None without a schedule),
+    verified (bool), error (None or a message starting "rank R: "), error_kind (None, config,
+    unreachable, peer_lost, timeout, terminated, verify, internal), flows (the TCP
+    connections: peer, conn, local, remote, initiator, dscp).
 
 Exit status: 0 success, 1 the job failed (peer unreachable or lost, timeout, SIGTERM,
 internal error), 2 bad configuration, 3 a result differed from the reference. The worker never
@@ -102,8 +103,8 @@ def base_document(cfg: WorkerConfig) -> dict:
         "conns_per_peer": job.conns_per_peer, "src_port_base": job.src_port_base,
         "dscp": list(job.dscp), "seed": job.seed, "clock": None, "connect_s": None,
         "start_ns": None, "end_ns": None, "elapsed_s": None, "iteration_s": [], "wait_s": [],
-        "compute_s": [], "comm_s": [], "comm_start_ns": [], "verified": False,
-        "error": None, "error_kind": None, "flows": [],
+        "compute_s": [], "comm_s": [], "comm_start_ns": [], "first_slot": None,
+        "verified": False, "error": None, "error_kind": None, "flows": [],
     }
 
 
@@ -168,6 +169,8 @@ def run_worker(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None =
             a, b = (rng.standard_normal((COMPUTE_MATRIX_N, COMPUTE_MATRIX_N)) for _ in range(2))
             out = np.empty_like(a)
             problem = None
+            if job.schedule is not None:
+                doc["first_slot"] = job.schedule.first_slot(clock.now_ns(), rank)
             for i in range(job.warmup + job.iterations):
                 if time.monotonic() >= mesh.deadline:  # type: ignore[operator]
                     raise JobTimeoutError(f"rank {rank}: job timeout ({job.timeout_s} s) "
@@ -175,7 +178,7 @@ def run_worker(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None =
                 _poison(recvbuf)
                 t0 = tc = clock.now_ns()
                 if job.schedule is not None:
-                    wait_until(clock, job.schedule.slot_ns(i, rank))
+                    wait_until(clock, job.schedule.slot_ns(doc["first_slot"] + i, rank))
                     tc = clock.now_ns()
                 compute(job.compute_units, a, b, out)
                 t1 = clock.now_ns()

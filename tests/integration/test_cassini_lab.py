@@ -69,7 +69,7 @@ jobs:
   - {name: b, bytes: 1000000, ranks: 2, iterations: 5, compute_units: 30,
      placement: [vm2, vm4]}
 cassini: {capacity_mbit: 100, sets: [{name: pair, jobs: [a, b]}],
-          modes: [fair, shifted_synced]}
+          modes: [fair, shifted_synced, unfair]}
 """
 
 
@@ -88,10 +88,14 @@ def test_session_profiles_plans_and_runs_a_set_in_each_mode(tmp_path):
     assert cs.score >= cs.unshifted_score and cs.predicted_compatible == (cs.score >= 0.95)
     assert all(cs.slots_s[n] >= cs.profiles[n].iteration_s for n in "ab")
     assert cs.shifts_s["a"] == 0 and 0 <= cs.shifts_s["b"] < cs.slots_s["b"]
-    assert set(cs.modes) == {"fair", "shifted_synced"}
+    assert set(cs.modes) == {"fair", "shifted_synced", "unfair"}
     for m in cs.modes.values():
         assert m.error is None and set(m.jobs) == {"a", "b"}
-        assert 0 < m.mean_iteration_s <= m.p99_iteration_s
+        assert 0 < m.mean_iteration_s <= m.p99_iteration_s and 0 <= m.comm_overlap <= 1
+    # the unfair mode's classes went on the fabric for its run only (a: CS1, b: CS2)
+    classes = [e.params for e in doc.truth.faults if e.kind == "classes"]
+    assert classes == [{"dscp": [8, 16], "share": [0.05, 0.05], "prio": [0, 1]},
+                       {"dscp": [], "share": [], "prio": []}], classes
     # on its slots, a job's iteration is at least its slot (it waits out the rest)
     synced = cs.modes["shifted_synced"].jobs
     assert all(synced[n].p50_s >= 0.95 * cs.slots_s[n] for n in "ab"), (synced, cs.slots_s)

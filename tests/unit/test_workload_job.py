@@ -67,6 +67,15 @@ def test_slots_follow_the_offset_and_drift_of_each_rank():
     assert Schedule(start_ns=0, period_s=1.0).slot_ns(3, 7) == 3 * S  # raw VM clocks
 
 
+def test_first_slot_is_the_first_one_not_missed():
+    sc = Schedule(start_ns=10 * S, period_s=2.0, shift_s=1.0, offsets_ns=[0, 0],
+                  drifts_ppm=[0.0, 1000.0])
+    assert [sc.first_slot(t, 0) for t in (0, 11 * S, 11 * S + 1, 20 * S, 21 * S)] == [
+        0, 0, 1, 5, 5]
+    # rank 1 runs 1000 ppm fast: slot 5 is at 21.01 s on its clock, slot 4 at 19.008 s
+    assert sc.first_slot(19 * S + 9_000_000, 1) == 5 and sc.first_slot(19 * S, 1) == 4
+
+
 def test_scheduled_iterations_start_on_their_slots_of_the_vm_clock(tmp_path):
     # the VM clock is 3 s ahead of the reference (system) clock: with that offset the slots
     # hold in reference time; every iteration (warmup 1) starts on its own slot, not earlier
@@ -82,7 +91,8 @@ def test_scheduled_iterations_start_on_their_slots_of_the_vm_clock(tmp_path):
         assert len(d["wait_s"]) == 4 and d["iteration_s"] == pytest.approx(
             np.add(np.add(d["wait_s"], d["compute_s"]), d["comm_s"]))
         for i, t1 in enumerate(d["comm_start_ns"]):
-            slot = start + 3 * S + round((0.05 + (i + 1) * 0.15) * S)  # VM clock
+            k = d["first_slot"] + i + 1  # a slow start skips the slots it missed
+            slot = start + 3 * S + round((0.05 + k * 0.15) * S)  # VM clock
             late = (t1 - d["compute_s"][i] * S - slot) / S
             assert 0 <= late < 0.05, (i, late)
         assert min(d["wait_s"]) > 0.05  # a tiny job waits out most of every slot
