@@ -75,6 +75,13 @@ def slot_s(p: Profile, margin: float, quantum_s: float) -> float:
     return math.ceil(p.iteration_s * (1 + margin) / quantum_s - 1e-9) * quantum_s
 
 
+def circle(p: Profile, slot: float, resolution_s: float = DEFAULT_RESOLUTION_S) -> Circle:
+    """The job's demand circle: perimeter ``slot`` (s), its collective arc (``demand_mbit``)
+    after its compute arc."""
+    return Circle.from_phases(slot, [(p.compute_s, p.compute_s + p.comm_s, p.demand_mbit)],
+                              resolution_s)
+
+
 @dataclass(frozen=True)
 class Plan:
     """The schedule of jobs sharing one link.
@@ -112,9 +119,7 @@ def plan(profiles: Mapping[str, Profile], capacity_mbit: float, margin: float = 
     top = max(profiles[n].iteration_s for n in names)
     slots = {n: max(slots.values()) if profiles[n].iteration_s * (1 + margin) >= top else t
              for n, t in slots.items()}
-    circles = [Circle.from_phases(slots[n], [(p.compute_s, p.compute_s + p.comm_s,
-                                              p.demand_mbit)], resolution_s)
-               for n, p in profiles.items()]
+    circles = [circle(p, slots[n], resolution_s) for n, p in profiles.items()]
     rot = best_rotation(circles, capacity_mbit)
     shifts = job_shifts({"link": dict(zip(names, rot.shifts_s, strict=True))}, slots)
     return Plan(score=rot.score, unshifted_score=score(circles, [0.0] * len(circles),

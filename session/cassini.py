@@ -83,54 +83,62 @@ def _run_unfair(lab: Lab, spec: CassiniSpec, runs: list[tuple[str, JobConfig, li
 
 def run_set(lab: Lab, spec: CassiniSpec, cset: CassiniSet, configs: Mapping[str, JobConfig],
             vms: Mapping[str, list[str]], state: Callable[[], CoordinatorState | None],
-            progress: Callable[[str], None]) -> dict:
-    """Profile, plan and run one set in every mode; its ``cassini.sets`` entry."""
+            progress: Callable[[str], None], publish: Callable[[dict], None]) -> dict:
+    """Profile, plan and run one set in every mode; its ``cassini.sets`` entry, handed to
+    ``publish`` as soon as it is planned (its ``modes`` then grow: each mode's entry replaces
+    the whole ``modes`` dict, so a reader in another thread never sees one half-built)."""
     names = cset.jobs
     alone = {n: _run(lab, [(f"{n}_alone", configs[n], vms[n])])[0] for n in names}
     try:
         profiles = {n: planner.profile(alone[n]) for n in names}
         p = planner.plan(profiles, spec.capacity_mbit, spec.margin, spec.quantum_s)
     except ValueError as e:
-        return {"name": cset.name, "score": None, "predicted_compatible": None,
-                "shifts_s": None, "error": str(e), "modes": {}}
+        entry = {"name": cset.name, "score": None, "predicted_compatible": None,
+                 "shifts_s": None, "error": str(e), "modes": {}}
+        publish(entry)
+        return entry
     progress(f"cassini {cset.name}: score {p.score:.3f} (unshifted {p.unshifted_score:.3f}),"
              f" shifts {p.shifts_s}")
-    modes: dict[str, dict] = {}
+    entry = {"name": cset.name, "score": p.score, "unshifted_score": p.unshifted_score,
+             "predicted_compatible": p.score >= spec.threshold, "perimeter_s": p.perimeter_s,
+             "slots_s": p.slots_s, "shifts_s": p.shifts_s,
+             "profiles": {n: vars(profiles[n]) for n in names}, "error": None, "modes": {}}
+    publish(entry)
     for mode in spec.modes:
-        start = time.time_ns() + round(START_AHEAD_S * 1e9)
-        runs = []
-        for k, n in enumerate(names):
-            cfg = configs[n]
-            if mode == "unfair":
-                cfg = cfg.model_copy(update={"dscp": (unfair_dscp(k),)})
-            elif mode != "fair":
-                sched = {"start_ns": start, "period_s": p.slots_s[n],
-                         "shift_s": p.shifts_s[n]}
-                if mode == "shifted_synced":
-                    est = offsets(state(), vms[n], start)
-                    if est is None:
-                        modes[mode] = failed("no offset estimates from the agents")
-                        break
-                    sched["offsets_ns"], sched["drifts_ppm"] = est
-                cfg = cfg.model_copy(update={"schedule": Schedule(**sched)})
-            runs.append((f"{n}_{mode}", cfg, vms[n]))
-        else:
-            try:
-                summaries = _run_unfair(lab, spec, runs) if mode == "unfair" else _run(lab, runs)
-            except LabError as e:  # the fabric refused the unfair mode's classes
-                modes[mode] = failed(str(e))
-                continue
-            specs = lab.clocks.specs
-            modes[mode] = mode_entry(names, summaries) | {"comm_overlap": overlap_fraction(
-                [true_comm_phases(s, vms[n], specs) for n, s in zip(names, summaries,
-                                                                    strict=True)])}
-            progress(f"cassini {cset.name} {mode}: mean iteration "
-                     f"{modes[mode]['mean_iteration_s']} s, collectives overlapping "
-                     f"{modes[mode]['comm_overlap']}")
-    return {"name": cset.name, "score": p.score, "unshifted_score": p.unshifted_score,
-            "predicted_compatible": p.score >= spec.threshold, "perimeter_s": p.perimeter_s,
-            "slots_s": p.slots_s, "shifts_s": p.shifts_s,
-            "profiles": {n: vars(profiles[n]) for n in names}, "error": None, "modes": modes}
+        entry["modes"] = {**entry["modes"], mode: _run_mode(lab, spec, mode, p, configs, vms,
+                                                            names, state)}
+        m = entry["modes"][mode]
+        progress(f"cassini {cset.name} {mode}: mean iteration {m['mean_iteration_s']} s, "
+                 f"collectives overlapping {m.get('comm_overlap')}")
+    return entry
+
+
+def _run_mode(lab: Lab, spec: CassiniSpec, mode: str, p: planner.Plan,
+              configs: Mapping[str, JobConfig], vms: Mapping[str, list[str]],
+              names: Sequence[str], state: Callable[[], CoordinatorState | None]) -> dict:
+    """The set's jobs together in ``mode`` (module docstring); the mode's entry."""
+    start = time.time_ns() + round(START_AHEAD_S * 1e9)
+    runs = []
+    for k, n in enumerate(names):
+        cfg = configs[n]
+        if mode == "unfair":
+            cfg = cfg.model_copy(update={"dscp": (unfair_dscp(k),)})
+        elif mode != "fair":
+            sched = {"start_ns": start, "period_s": p.slots_s[n], "shift_s": p.shifts_s[n]}
+            if mode == "shifted_synced":
+                est = offsets(state(), vms[n], start)
+                if est is None:
+                    return failed("no offset estimates from the agents")
+                sched["offsets_ns"], sched["drifts_ppm"] = est
+            cfg = cfg.model_copy(update={"schedule": Schedule(**sched)})
+        runs.append((f"{n}_{mode}", cfg, vms[n]))
+    try:
+        summaries = _run_unfair(lab, spec, runs) if mode == "unfair" else _run(lab, runs)
+    except LabError as e:  # the fabric refused the unfair mode's classes
+        return failed(str(e))
+    specs = lab.clocks.specs
+    return mode_entry(names, summaries) | {"comm_overlap": overlap_fraction(
+        [true_comm_phases(s, vms[n], specs) for n, s in zip(names, summaries, strict=True)])}
 
 
 def overlap_fraction(jobs_: Sequence[Sequence[tuple[int, int]]]) -> float | None:

@@ -390,16 +390,16 @@ class Session:
 
     def _cassini(self) -> None:
         """The ``cassini`` sets: each profiled, planned and run in every mode
-        (``session.cassini``); the section's entries in ``cassini_sets``."""
+        (``session.cassini``); each set's entry joins ``cassini_sets`` once planned (the TUI
+        draws it), its modes as they finish."""
         specs = {j.name: j for j in self.sc.jobs}
         for cset in self.sc.cassini.sets:
             if self._halt.is_set():
                 return
             configs = {n: specs[n].config() for n in cset.jobs}
             vms = {n: list(specs[n].placement) for n in cset.jobs}
-            self.cassini_sets.append(cassini.run_set(
-                self.lab, self.sc.cassini, cset, configs, vms, lambda: self.agents_state,
-                self.progress))
+            cassini.run_set(self.lab, self.sc.cassini, cset, configs, vms,
+                            lambda: self.agents_state, self.progress, self.cassini_sets.append)
 
     def _two_step(self) -> None:
         """The ``two_step`` section: its job naive, aware, aware + pacer, and the BBR and

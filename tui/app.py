@@ -55,6 +55,7 @@ from tui.detail import DetailScreen, LinkDetail, VMDetail
 from tui.history import History
 from tui.screens import HelpScreen, ScenarioPicker
 from tui.widgets import (
+    CirclesView,
     CollocationView,
     EventLog,
     FabricView,
@@ -180,7 +181,9 @@ class NslabApp(App):
                     yield SeriesPlot(id="owd-plot", classes="tall-only")
             with TabPane("4 Jobs", id="jobs"):
                 with Vertical():
-                    yield JobsPanel(id="jobs-panel")
+                    with VerticalScroll(id="jobs-scroll"):
+                        yield JobsPanel(id="jobs-panel")
+                        yield CirclesView(id="circles")
                     yield SeriesPlot(id="jobs-plot", classes="tall-only")
         yield StatusBar(id="status")
         yield Footer()
@@ -192,6 +195,7 @@ class NslabApp(App):
         self.w_coll = self.query_one(CollocationView)
         self.w_owd = self.query_one(OwdHeatmap)
         self.w_jobs = self.query_one(JobsPanel)
+        self.w_circles = self.query_one(CirclesView)
         self.w_log = self.query_one(EventLog)
         self.w_status = self.query_one(StatusBar)
         self.plots = {p.id: p for p in self.query(SeriesPlot)}
@@ -291,6 +295,7 @@ class NslabApp(App):
         self.w_coll.update_snapshot(snap)
         self.w_owd.update_snapshot(snap)
         self.w_jobs.update_snapshot(snap)
+        self.w_circles.update_snapshot(snap)
         self.w_log.update_snapshot(snap)
         self.history.add(snap)
         self.refresh_plots()

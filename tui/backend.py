@@ -147,6 +147,8 @@ class Snapshot:
     "stopped" (torn down) or "error". ``pending``: the scenario's timeline entries not yet
     played, in order. ``owd_us``: ``{"a->b": p50 one-way delay, us}``; ``asymmetry_us``:
     ``{"a<->b": owd(a->b) - owd(b->a), us}``. ``fabric``: the fabric mode (``lab.fabric``).
+    ``cassini``: the results' ``cassini.sets`` entries planned so far (``session.results.
+    CassiniSet`` as JSON; their modes as they finish).
     """
 
     time_s: float = 0.0
@@ -168,6 +170,7 @@ class Snapshot:
     pending: list[EventView] = field(default_factory=list)
     fidelity: FidelityView = field(default_factory=FidelityView)
     agents: str = "off"
+    cassini: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)

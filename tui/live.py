@@ -10,6 +10,7 @@ again in a ``finally``, so a crash anywhere still tears the lab down.
 """
 from __future__ import annotations
 
+import copy
 import time
 
 from agents.owd import natural_key
@@ -156,6 +157,7 @@ class LiveBackend:
         snap.pending = [EventView(t_s=at, kind=f.kind, target=f.target, params=f.params(),
                                   source="timeline") for at, f in s.pending()]
         snap.jobs = self._job_views()
+        snap.cassini = copy.deepcopy(list(s.cassini_sets))
         if s.sampler.busy:
             snap.fidelity = FidelityView(busy=round(s.sampler.busy[-1], 3),
                                          softirq=round(s.sampler.softirq[-1], 3),

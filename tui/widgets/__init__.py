@@ -1,4 +1,5 @@
 """The TUI's widgets, one per module."""
+from tui.widgets.circles import CirclesView
 from tui.widgets.collocation import CollocationView
 from tui.widgets.events import EventLog
 from tui.widgets.fabric import FabricView
@@ -8,5 +9,5 @@ from tui.widgets.plots import SeriesPlot
 from tui.widgets.status import StatusBar
 from tui.widgets.vmtable import VMTable
 
-__all__ = ["CollocationView", "EventLog", "FabricView", "JobsPanel", "OwdHeatmap", "SeriesPlot",
-           "StatusBar", "VMTable"]
+__all__ = ["CirclesView", "CollocationView", "EventLog", "FabricView", "JobsPanel", "OwdHeatmap",
+           "SeriesPlot", "StatusBar", "VMTable"]
