@@ -137,24 +137,42 @@ def _run_mode(lab: Lab, spec: CassiniSpec, mode: str, p: planner.Plan,
     except LabError as e:  # the fabric refused the unfair mode's classes
         return failed(str(e))
     specs = lab.clocks.specs
-    return mode_entry(names, summaries) | {"comm_overlap": overlap_fraction(
-        [true_comm_phases(s, vms[n], specs) for n, s in zip(names, summaries, strict=True)])}
+    phases = [true_comm_phases(s, vms[n], specs) for n, s in zip(names, summaries, strict=True)]
+    return mode_entry(names, summaries) | {"comm_overlap": overlap_fraction(phases),
+                                           "comm_overlap_quarters": by_quarter(phases)}
 
 
-def overlap_fraction(jobs_: Sequence[Sequence[tuple[int, int]]]) -> float | None:
+def by_quarter(phases: Sequence[Sequence[tuple[int, int]]]) -> list[float | None]:
+    """``overlap_fraction`` in each quarter of the run (from the first phase's start to the
+    last one's), by the phases' starts: how the interleaving held over time."""
+    starts = [s for ivs in phases for s, _ in ivs]
+    if not starts:
+        return []
+    t0, t1 = min(starts), max(e for ivs in phases for _, e in ivs)
+    edges = [t0 + (t1 - t0) * q / 4 for q in range(5)]
+    return [overlap_fraction(phases, (edges[q], edges[q + 1])) for q in range(4)]
+
+
+def overlap_fraction(jobs_: Sequence[Sequence[tuple[int, int]]],
+                     window: tuple[float, float] | None = None) -> float | None:
     """The fraction of the jobs' communication time during which another job communicated.
 
     Args:
         jobs_: per job, its collective phases as [start, end) intervals (any one time unit,
             one clock for all).
+        window: count only the phases that start in [window[0], window[1]) (all others still
+            count as the other jobs' phases they meet).
     Returns:
-        sum over jobs and phases of the time shared with another job's phases, divided by the
-        sum of the phases' lengths; in [0, 1]; None when no phase has a length.
+        sum over jobs and counted phases of the time shared with another job's phases,
+        divided by the sum of their lengths; in [0, 1]; None when no counted phase has a
+        length.
     """
     total = shared = 0
     for j, mine in enumerate(jobs_):
         others = [iv for k, ivs in enumerate(jobs_) if k != j for iv in ivs]
         for s0, e0 in mine:
+            if window is not None and not window[0] <= s0 < window[1]:
+                continue
             total += max(0, e0 - s0)
             cut = sorted((max(s0, s1), min(e0, e1)) for s1, e1 in others if s1 < e0 and e1 > s0)
             reach = s0

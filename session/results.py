@@ -471,6 +471,10 @@ class CassiniMode(_Model):
                                        "collective too (true time, from the ranks' own "
                                        "timestamps and the lab's clock truth); 0 = fully "
                                        "interleaved")
+    comm_overlap_quarters: list[float | None] = Field(
+        default_factory=list, description="comm_overlap in each quarter of the run (by the "
+        "collectives' start, true time): how the interleaving held as the clocks drifted; "
+        "null for a quarter without collectives")
     error: str | None = Field(None, description="why the mode has no times")
 
 

@@ -40,8 +40,8 @@ DEFAULT_HIDDEN = 256
 # the DDP model: an MLP IN_FEATURES -> hidden -> hidden -> OUT_FEATURES, batches of BATCH
 IN_FEATURES, OUT_FEATURES, BATCH = 64, 8, 32
 # fields the DDP workload does not use: they must keep their defaults in a ddp job
-NCCL_ONLY = ("dtype", "op", "root", "compute_units", "conns_per_peer", "src_port_base", "dscp",
-             "cc", "connect_timeout_s", "schedule")
+NCCL_ONLY = ("dtype", "op", "root", "compute_units", "gpu_s", "conns_per_peer", "src_port_base",
+             "dscp", "cc", "connect_timeout_s", "schedule")
 
 
 def ddp_params(hidden: int) -> int:
@@ -86,6 +86,10 @@ class JobConfig(BaseModel):
     compute_units: int = Field(
         0, ge=0, description="compute phase before every collective: that many products of "
         "two 128x128 float64 matrices (4.2 MFLOP each), real CPU work")
+    gpu_s: float = Field(
+        0.0, ge=0, le=3600, description="compute phase on an emulated accelerator, before "
+        "compute_units: the rank sleeps this long every iteration (a GPU's kernels: the "
+        "host's CPU stays free, so a 2-core machine can run many jobs' compute at once), s")
     conns_per_peer: int = Field(1, ge=1, le=64, description="TCP connections per peer; a "
                                 "transfer is split over them")
     src_port_base: int | None = Field(

@@ -4,8 +4,9 @@ The configuration is one ``config.WorkerConfig`` document (the job's ``JobConfig
 name, this rank and every rank's ``host:port``), validated once when it is read. The worker
 connects to every other rank (``transport.Mesh``), then runs ``warmup`` + ``iterations``
 iterations of: a wait for the iteration's slot when the job has a ``schedule``
-(``workloads.schedule``: CASSINI's time shift), a compute phase (``compute_units`` matrix
-products, real CPU work, so a noisy neighbour on the same CPU slows it), then the collective.
+(``workloads.schedule``: CASSINI's time shift), a compute phase (``gpu_s`` of sleep, an
+emulated accelerator's kernels, then ``compute_units`` matrix products, real CPU work, so a
+noisy neighbour on the same CPU slows it), then the collective.
 Every iteration is timed with the VM clock (``agents.clock.Clock``: ``NSLAB_CLOCK`` inside
 the lab, the system clock outside) and its result is compared bit for bit with
 ``collectives.expected`` (the recv buffer is poisoned before each iteration, so a stale
@@ -180,6 +181,7 @@ def run_worker(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None =
                 if job.schedule is not None:
                     wait_until(clock, job.schedule.slot_ns(doc["first_slot"] + i, rank))
                     tc = clock.now_ns()
+                time.sleep(job.gpu_s)
                 compute(job.compute_units, a, b, out)
                 t1 = clock.now_ns()
                 coll.run(job.collective, mesh, sendbuf, recvbuf, op=job.op, root=job.root)

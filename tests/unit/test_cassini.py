@@ -6,7 +6,7 @@ import pytest
 from agents.clock import ClockSpec, Oscillator, Segment
 from scheduler.cassini import Circle, best_rotation, job_shifts, score, unified_perimeter
 from scheduler.plan import Profile, plan, profile, slot_s
-from session.cassini import overlap_fraction, true_comm_phases
+from session.cassini import by_quarter, overlap_fraction, true_comm_phases
 
 C = 100.0  # link capacity, Mbit/s
 
@@ -159,6 +159,10 @@ def test_overlap_fraction_of_known_phases():
     assert overlap_fraction([a, b, c]) == pytest.approx((5 + 7 + 4) / 44)
     assert overlap_fraction([a, [(10, 20), (30, 40)]]) == 0  # interleaved: touching only
     assert overlap_fraction([[], []]) is None
+    # counted only from [0, 20): a's [0,10) and b's [5,15), each sharing 5 s
+    assert overlap_fraction([a, b, c], (0, 8)) == pytest.approx((5 + 7) / 20)
+    # quarters of [0, 50): a, b and c start in the first two, b's second in the last
+    assert by_quarter([a, b]) == [pytest.approx(10 / 20), 0.0, None, 0.0]
 
 
 def test_true_comm_phases_map_each_rank_through_its_clock():

@@ -294,3 +294,12 @@ def test_a_stuck_worker_stops_itself_when_nobody_kills_it():
     row = s["ranks"][0]
     assert not row["killed"] and row["exit_code"] == 1 and row["error_kind"] == "timeout"
     assert "still running" in row["error"]
+
+
+def test_gpu_s_is_a_compute_phase_that_sleeps():
+    docs = run_ranks_in_threads(2, "gpu", count=16, iterations=3, warmup=0, gpu_s=0.05)
+    for d in docs:
+        assert d["error"] is None and d["verified"]
+        assert min(d["compute_s"]) >= 0.05, d["compute_s"]  # sleeps at least that long
+    with pytest.raises(ValueError, match="gpu_s"):
+        JobConfig(collective="ddp", gpu_s=0.1)
