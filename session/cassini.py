@@ -6,7 +6,8 @@ Modes (results contract ``cassini.sets[].modes``):
     * ``fair``: the jobs together, back to back, sharing the link as TCP shares it;
     * ``shifted_synced``: on CASSINI's slots and shifts, each rank correcting its VM clock by
       the agents' offset and drift estimates (``workloads.schedule``);
-    * ``shifted_raw``: the same slots read on the raw VM clocks (offsets and drift uncorrected).
+    * ``shifted_raw``: the same slots read on the raw VM clocks (offsets and drift
+      uncorrected);
     * ``unfair``: back to back as in ``fair``, but the k-th job of the set marks its packets
       DSCP ``8 (k + 1)`` (class selector k + 1, ``JobConfig.dscp``) and every fabric link
       gives that DSCP a class of HTB prio k and ``CassiniSpec.unfair_share(k)`` of the rate
@@ -39,7 +40,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from agents.messages import CoordinatorState
     from lab.lab import Lab
 
-START_AHEAD_S = 2.0  # the slots' origin this far after launch: every mesh is up by then
+START_AHEAD_S = 2.0
+"""The slots' origin this far after launch: most meshes are up by then, and a rank that is
+not starts on the first slot it can still catch (``Schedule.first_slot``)."""
 
 
 def offsets(state: CoordinatorState | None, vms: Sequence[str], at_ns: int,
