@@ -235,7 +235,8 @@ def cassini(doc: Results) -> go.Figure | None:
     if cs is None or not cs.sets:
         return None
     fig = _figure("CASSINI: iteration time per set and mode (fair, shifted on synced "
-                  "clocks, shifted on raw clocks)", barmode="group", yaxis_title="s")
+                  "clocks, shifted on raw clocks, unfair shares)", barmode="group",
+                  yaxis_title="s")
     modes = list(dict.fromkeys(m for s in cs.sets for m in s.modes))
     for k, mode in enumerate(modes):
         for stat, pattern in (("mean_iteration_s", ""), ("p99_iteration_s", "/")):
