@@ -1,25 +1,31 @@
-"""Holding one destination's traffic on the VM's own egress: an HTB class per destination whose
-rate is switched through netlink.
+"""Holding one destination's traffic on the VM's own egress: an HTB class per destination with
+a TBF whose rate is switched through netlink.
 
-Layout on the VM's interface (tc-htb(8), tc-u32(8)):
+Layout on the VM's interface (tc-htb(8), tc-tbf(8), tc-u32(8)):
 
     root 1: htb default 1
-      1:1   rate LINE            other traffic, and the pacer's own probes (filter prio 1)
-      1:N   rate LINE            one per destination (u32 match ip dst A/32 -> 1:N, prio 2)
+      1:ffff  rate LINE           the vNIC: everything the VM sends, together
+        1:1   ceil LINE, prio 0   other traffic, and the pacer's own probes (first served)
+        1:N   ceil LINE, prio 1   one per destination (u32 match ip dst A/32 -> 1:N)
+          N:  tbf rate LINE       the switch: LINE when open, HELD_BIT_S when held
 
-``hold(dst)`` changes class ``1:N`` to ``LINE / HELD_DIVISOR`` with a one-packet burst (TCP's
-packets wait in the class queue; TCP small queues then slow the sockets: nothing is dropped and
-no congestion signal is made); ``release(dst)`` restores ``LINE``. One ``RTM_NEWTCLASS`` each,
-tens of us.
+``hold(dst)`` changes the TBF under ``1:N`` to ``HELD_BIT_S`` with a one-packet burst (TCP's
+packets wait in its queue; TCP small queues then stop the sockets: nothing is dropped and no
+congestion signal is made); ``release(dst)`` restores ``LINE``. One ``RTM_NEWQDISC`` each, tens
+of us. A TBF change keeps the queued packets (only the fifo's limit is set) but does not wake
+the device: the caller sends a packet on the interface right after ``release`` (the pacer's
+next probe to that destination) so the queue leaves at once, not at the TBF's next timer.
 
-Why not a full stop: HTB charges a class for a packet at the rate in force when it leaves, in
-time units that do not change with the rate. A class switched to ~0 still sends the packet it
-was allowed (its tokens were positive) and is then in debt for that packet's time at ~0 rate
-(1.5 s for 1500 bytes at 8 kbit/s), and a release to the line rate does not clear the debt:
-measured, the destination then stayed blocked for about a second. At 1/10 of the line rate the
-debt is at most ten packet times (1.2 ms at 100 Mbit/s), and the held class leaks 10 % of the
-line. ``plug`` (sch_plug), the qdisc made for stop-and-release, is absent from many kernels
-(this one included).
+Why a TBF under the class and not the class's own rate: HTB charges a class for a packet at the
+rate in force when it leaves, and lets its tokens go negative; a class switched to ~0 sends the
+packet its positive tokens allowed and is then in debt for that packet's time at ~0 rate, which a
+release does not clear (measured: the destination stayed blocked for about a second). Holding at
+1/10 of the line avoided the debt but leaked: four held senders still sent 40 % of an incast
+bottleneck's rate, so a hold of ``owd - T`` drained only 60 % of the queue (On-Ramp's rule
+assumes a stop). TBF sends a packet only when its tokens cover it (never in debt) and a change
+resets its tokens to the new burst, so the hold leaks one packet and then
+``HELD_BIT_S`` (64 kbit/s), and a release is immediate. ``plug`` (sch_plug), the qdisc made for
+stop-and-release, is absent from many kernels (this one included).
 
 Why HTB classes: the kernel here and on most clouds has them (``fq``'s per-flow ``maxrate``
 is not available on every kernel, and would need a socket option in every application);
@@ -35,19 +41,25 @@ import threading
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-__all__ = ["HELD_DIVISOR", "Holder"]
+__all__ = ["HELD_BIT_S", "Holder"]
 
-HELD_DIVISOR = 10
-"""A held class sends at the line rate divided by this (see the module doc)."""
-_ROOT, _DEFAULT = 0x10000, 0x10001
+HELD_BIT_S = 64_000
+"""A held destination's rate, bit/s, after the one packet its burst lets go (module doc)."""
+_ROOT, _LINE, _DEFAULT = 0x10000, 0x1FFFF, 0x10001
 _ONE_PACKET = 1600
 _MAX_DESTS = 4000
+_TBF_LIMIT = 4_000_000
+"""Bytes a held destination may queue (TCP small queues keep it far below: nothing is dropped)."""
 
 
-def _htb(rate_bit_s: int, burst: int | None = None) -> dict:
-    burst = burst or max(15_000, rate_bit_s // 8 // 1000)
-    return dict(rate=f"{rate_bit_s}bit", ceil=f"{rate_bit_s}bit", burst=burst, cburst=burst,
-                quantum=max(1600, min(200_000, rate_bit_s // 80)))
+def _htb(rate_bit_s: int, ceil_bit_s: int, prio: int = 0) -> dict:
+    burst = max(15_000, ceil_bit_s // 8 // 1000)
+    return dict(rate=f"{rate_bit_s}bit", ceil=f"{ceil_bit_s}bit", burst=burst, cburst=burst,
+                prio=prio, quantum=max(1600, min(200_000, ceil_bit_s // 80)))
+
+
+def _tbf(rate_bit_s: int, burst: int) -> dict:
+    return dict(rate=f"{rate_bit_s}bit", burst=burst, limit=_TBF_LIMIT)
 
 
 class Holder:
@@ -74,11 +86,15 @@ class Holder:
             raise ValueError(f"no interface {ifname!r} in this namespace")
         self.index, self.ifname = idx[0], ifname
         self.line = int(line_mbit * 1e6)
+        self._open = _tbf(self.line, _htb(self.line, self.line)["burst"])
         self.classes: dict[str, int] = {}
         self.held: set[str] = set()
         self._lock = threading.Lock()
         self.ipr.tc("replace", "htb", self.index, _ROOT, default=1)
-        self.ipr.tc("add-class", "htb", self.index, _DEFAULT, parent=_ROOT, **_htb(self.line))
+        self.ipr.tc("add-class", "htb", self.index, _LINE, parent=_ROOT,
+                    **_htb(self.line, self.line))
+        self.ipr.tc("add-class", "htb", self.index, _DEFAULT, parent=_LINE,
+                    **_htb(self.line // 10, self.line, prio=0))
         if probe_port is not None:  # IPv4 without options: protocol at 9, UDP dport at 22
             self.ipr.tc("add-filter", "u32", self.index, parent=_ROOT, prio=2, protocol=0x0800,
                         target=_DEFAULT, keys=["0x00110000/0x00ff0000+8",
@@ -90,13 +106,19 @@ class Holder:
             if len(self.classes) >= _MAX_DESTS:
                 raise ValueError(f"more than {_MAX_DESTS} destinations")
             handle = _ROOT | (len(self.classes) + 2)
-            self.ipr.tc("add-class", "htb", self.index, handle, parent=_ROOT,
-                        **_htb(self.line))
+            self.ipr.tc("add-class", "htb", self.index, handle, parent=_LINE,
+                        **_htb(max(8_000, self.line // 100), self.line, prio=1))
+            self.ipr.tc("add", "tbf", self.index, self._leaf(handle), parent=handle,
+                        **self._open)
             self.ipr.tc("add-filter", "u32", self.index, parent=_ROOT, prio=2,
                         protocol=0x0800, target=handle,
                         keys=[f"0x{int(ipaddress.IPv4Address(dst)):08x}/0xffffffff+16"])
             self.classes[dst] = handle
         return handle
+
+    @staticmethod
+    def _leaf(handle: int) -> int:
+        return (handle & 0xFFFF) << 16
 
     def prepare(self, dst: str) -> None:
         """Make ``dst``'s class (open) ahead of the first hold."""
@@ -109,17 +131,19 @@ class Holder:
             if dst in self.held:
                 return
             handle = self._class(dst)
-            self.ipr.tc("change-class", "htb", self.index, handle, parent=_ROOT,
-                        **_htb(self.line // HELD_DIVISOR, burst=_ONE_PACKET))
+            self.ipr.tc("change", "tbf", self.index, self._leaf(handle), parent=handle,
+                        **_tbf(HELD_BIT_S, _ONE_PACKET))
             self.held.add(dst)
 
     def release(self, dst: str) -> None:
-        """Let ``dst``'s traffic go at the line rate."""
+        """Let ``dst``'s traffic go at the line rate (send a packet on the interface next: the
+        module doc says why)."""
         with self._lock:
             if dst not in self.held:
                 return
-            self.ipr.tc("change-class", "htb", self.index, self.classes[dst], parent=_ROOT,
-                        **_htb(self.line))
+            handle = self.classes[dst]
+            self.ipr.tc("change", "tbf", self.index, self._leaf(handle), parent=handle,
+                        **self._open)
             self.held.discard(dst)
 
     def close(self) -> None:

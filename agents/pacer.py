@@ -18,7 +18,8 @@ Loop:
   clocks, ``owd = (rx - theta_dst) - (tx - theta_src)`` with ``theta`` each VM's offset
   against the reference at that time (offset + drift x elapsed, from the coordinator);
 * in ``pace`` mode each sample goes through ``agents.gate.Gate`` (On-Ramp's rule) and a hold
-  switches the destination's HTB class (``agents.hold.Holder``) until the hold ends;
+  switches the TBF under the destination's HTB class (``agents.hold.Holder``) to ~0 until
+  the hold ends;
 * every ``report_s``: a ``PacerReport`` to the coordinator (served in its API).
 
 The probes share the data's last hop (the destination's downlink, where incast queues
@@ -319,9 +320,9 @@ class Pacer:
                 if now >= next_sense:
                     self._sense()
                     next_sense = now + self.cfg.sense_s
+                if self.holder is not None:  # before the probes: a probe wakes a released
+                    self._release_due()        # queue (agents.hold)
                 self._send_probes()
-                if self.holder is not None:
-                    self._release_due()
                 # idle (nothing to probe, no hold to end): wait for the next sensing only
                 busy = self.active or self.releases
                 time.sleep(self.cfg.probe_s if busy else max(0.0, next_sense - now))

@@ -52,3 +52,55 @@ def test_pacer_senses_tcp_and_holds_nothing_below_threshold(nslab_lab):
         mesh.stop()
     # a stopped pacer removes its qdisc: the interface is as it found it
     assert "htb" not in vm1.cmd("tc qdisc show dev vm1-eth0")
+
+
+HOLD_PROBE = r"""
+import json, socket, sys, time
+from pyroute2 import IPRoute
+from agents.hold import Holder
+
+ifname, dst = sys.argv[1], sys.argv[2]
+ipr = IPRoute()
+idx = ipr.link_lookup(ifname=ifname)[0]
+
+def tbf_bytes():
+    return {m["handle"] >> 16: m.get_attr("TCA_STATS2").get_attr("TCA_STATS_BASIC")["bytes"]
+            for m in ipr.get_qdiscs(idx) if m.get_attr("TCA_KIND") == "tbf"}
+
+h = Holder(ifname, 100, probe_port=9999)
+h.prepare(dst)
+print("ready", flush=True)
+time.sleep(1.0)                                  # the flow is running
+h.hold(dst)
+time.sleep(0.05)                                 # what was already allowed leaves
+b0 = tbf_bytes(); time.sleep(0.3); b1 = tbf_bytes()
+h.release(dst)
+socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"kick", (dst, 9999))
+time.sleep(0.02); b2 = tbf_bytes()
+h.close()
+print(json.dumps({"held": sum(b1.values()) - sum(b0.values()),
+                  "released": sum(b2.values()) - sum(b1.values())}), flush=True)
+"""
+
+
+def test_hold_stops_a_destination_and_release_resumes_it_at_once(nslab_lab):
+    """agents.hold on a real interface: a held destination sends at most one packet plus
+    64 kbit/s, nothing is dropped, and a release lets its queue go within milliseconds."""
+    import json
+    import sys
+
+    lab = nslab_lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=2, host_bw=100), name="pace_hold")
+    vm1, vm2 = lab["vm1"], lab["vm2"]
+    bulk = [sys.executable, "-m", "workloads.bulk"]
+    rx = vm2.popen(bulk + ["recv", "5301"])
+    probe = vm1.popen([sys.executable, "-c", HOLD_PROBE, "vm1-eth0", vm2.IP()], text=True)
+    assert probe.stdout.readline().strip() == "ready"
+    tx = vm1.popen(bulk + ["send", vm2.IP(), "5301", "40000000"])
+    out, _ = probe.communicate(timeout=30)
+    r = json.loads(out.strip().splitlines()[-1])
+    assert r["held"] <= 1600 + 64_000 / 8 * 0.3 + 1600, r      # one packet, 64 kbit/s, slack
+    assert r["released"] >= 20 * 1448, r                       # >= 20 packets in 20 ms
+    tx.kill()
+    rx.kill()
+    for p in (tx, rx):
+        p.wait(timeout=10)
