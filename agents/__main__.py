@@ -175,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="On-Ramp's T, us: above the sync error and the base OWD")
     pc.add_argument("--max-hold-us", type=_positive, default=5000.0,
                     help="longest single hold, us")
+    pc.add_argument("--no-predict", action="store_true",
+                    help="On-Ramp's rule as published: hold for the sample's OWD - T, not for "
+                         "the OWD extrapolated to now (agents/gate.py)")
     pc.add_argument("--probe-us", type=_positive, default=500.0,
                     help="OWD probe period per active destination, us")
     pc.add_argument("--active-s", type=_positive, default=1.0,
@@ -258,7 +261,8 @@ def _pacer(parser: argparse.ArgumentParser, args) -> int:
             coordinator=args.coordinator, api=args.api, mode=args.mode, port=args.port,
             line_mbit=args.line_mbit, probe_s=args.probe_us / 1e6, active_s=args.active_s,
             gate=GateConfig(threshold_ns=args.threshold_us * 1e3,
-                            max_hold_ns=args.max_hold_us * 1e3))
+                            max_hold_ns=args.max_hold_us * 1e3,
+                            predict=not args.no_predict))
         pacer = Pacer(cfg)
     except ValueError as e:
         parser.error(str(e))

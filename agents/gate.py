@@ -19,6 +19,14 @@ Bounds the paper leaves implicit, made explicit here so a destination is never h
   ``max_continuous_ns`` in one piece: then the destination is open for ``max_hold_ns``
   whatever the samples say;
 * without a synchronized clock (``synced=False``) the gate is open and says why.
+
+Lag compensation (``predict``, ours, not in the paper): a sample describes the queue when its
+probe entered it, one OWD and an echo ago; an incast queue fills at several times its drain
+rate meanwhile, so a hold of ``owd - T`` drains only what was there then and the queue
+ratchets up to the buffer. With ``predict`` the gate uses ``owd + slope x (now - sent)``,
+``slope`` the OWD's growth per unit of send time between this sample and the previous one
+(clipped to ``[0, max_slope]``: a draining queue is never extrapolated down), a first-order
+predictor of the queue now. Off, the gate is On-Ramp's rule as published.
 """
 from __future__ import annotations
 
@@ -37,6 +45,9 @@ class GateConfig:
         max_hold_ns: longest single hold, ns (> 0).
         max_age_ns: samples whose echo took longer than this are ignored, ns (> 0).
         max_continuous_ns: longest hold in one piece (extensions included), ns (> 0).
+        predict: compensate the sample's age (module doc); False is On-Ramp as published.
+        max_slope: the largest OWD growth per unit of time the predictor believes (> 0;
+            an incast of N line-rate senders into one line grows at N - 1).
 
     Raises:
         ValueError: a parameter out of range.
@@ -46,9 +57,12 @@ class GateConfig:
     max_hold_ns: float = 5_000_000.0
     max_age_ns: float = 20_000_000.0
     max_continuous_ns: float = 50_000_000.0
+    predict: bool = True
+    max_slope: float = 8.0
 
     def __post_init__(self):
-        for name in ("threshold_ns", "max_hold_ns", "max_age_ns", "max_continuous_ns"):
+        for name in ("threshold_ns", "max_hold_ns", "max_age_ns", "max_continuous_ns",
+                     "max_slope"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 
@@ -70,6 +84,8 @@ class _Dest:
     open_until_ns: int = 0
     holds: int = 0
     held_ns: float = 0.0
+    last_sent_ns: int | None = None
+    last_owd_ns: float = 0.0
 
 
 @dataclass
@@ -92,6 +108,7 @@ class Gate:
             return Decision(0.0, 0, "clock not synchronized: gate open")
         if now_ns - sent_ns - owd_ns > self.cfg.max_age_ns:
             return Decision(0.0, 0, "stale sample")
+        owd_ns = self._predicted(d, owd_ns, sent_ns, now_ns)
         holding = now_ns < d.held_until_ns
         if holding and sent_ns < d.held_since_ns:
             return Decision(0.0, d.held_until_ns, "held: sample predates the hold")
@@ -110,6 +127,17 @@ class Gate:
         d.held_ns += end - max(d.held_until_ns, now_ns)
         d.held_until_ns = end
         return Decision(end - now_ns, end, "above threshold")
+
+    def _predicted(self, d: _Dest, owd_ns: float, sent_ns: int, now_ns: int) -> float:
+        """The OWD extrapolated to ``now_ns`` (module doc); records the sample."""
+        prev, prev_owd = d.last_sent_ns, d.last_owd_ns
+        if prev is not None and sent_ns <= prev:
+            return owd_ns  # reordered echo: the newer sample already set the trend
+        d.last_sent_ns, d.last_owd_ns = sent_ns, owd_ns
+        if not self.cfg.predict or prev is None:
+            return owd_ns
+        slope = min(max((owd_ns - prev_owd) / (sent_ns - prev), 0.0), self.cfg.max_slope)
+        return owd_ns + slope * (now_ns - sent_ns)
 
     def held(self, dest: str, now_ns: int) -> bool:
         """Whether ``dest`` is held at ``now_ns``."""

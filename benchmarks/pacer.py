@@ -2,7 +2,9 @@
 (workloads.bulk: a sender is done when the receiver has its bytes) to
 one VM on leaf2 at once, behind its downlink's packet queue; the same rounds with the pacers
 in ``sense`` mode (measuring only: the baseline, plain CUBIC/BBR as configured) and in
-``pace`` mode (On-Ramp's hold), side by side in one lab per (senders, queue).
+``pace`` mode, On-Ramp's hold as published (``onramp``: the sample's OWD - T) and with the
+sample's age compensated (``pace``: the OWD extrapolated to now, agents/gate.py), side by side
+in one lab per (senders, queue).
 
     sudo .venv/bin/python benchmarks/pacer.py [--senders 2,4] [--queues 20,50] [--rounds 3]
 
@@ -92,7 +94,7 @@ def main() -> None:
                     "(default: the VMs')")
     args = ap.parse_args()
     setLogLevel("error")
-    print(f"{'senders':>7s} {'queue':>5s} {'mode':>5s} {'compl s':>7s} {'drops':>6s} "
+    print(f"{'senders':>7s} {'queue':>5s} {'mode':>6s} {'compl s':>7s} {'drops':>6s} "
           f"{'retrans':>7s} {'RTOs':>4s} {'OWD p99 us':>10s} {'holds':>5s} {'CPU':>5s} "
           f"{'saturated':>9s} drops per link")
     for n in (int(x) for x in args.senders.split(",")):
@@ -108,11 +110,13 @@ def main() -> None:
                     rx = lab[f"vm{n + 1}"]
                     spec = PacerSpec(threshold_us=args.threshold_us,
                                      max_hold_us=args.max_hold_us)
-                    for mode in ("sense", "pace"):
-                        r = run_mode(lab, mesh, senders, rx, mode, spec, args.rounds,
+                    onramp = spec.model_copy(update={"predict": False})
+                    for label, mode, s in (("sense", "sense", spec), ("onramp", "pace", onramp),
+                                           ("pace", "pace", spec)):
+                        r = run_mode(lab, mesh, senders, rx, mode, s, args.rounds,
                                      args.bytes, args.cc)
                         owd = f"{r['owd_p99_us']:10.0f}" if r["owd_p99_us"] else f"{'-':>10s}"
-                        print(f"{n:7d} {q:5d} {mode:>5s} {r['completion_s']:7.3f} "
+                        print(f"{n:7d} {q:5d} {label:>6s} {r['completion_s']:7.3f} "
                               f"{r['drops']:6d} {r['retrans']:7d} {r['rtos']:4d} {owd} "
                               f"{r['holds']:5d} {r['cpu']:5.2f} "
                               f"{fid.summary()['saturated']!s:>9s} {r['where']}", flush=True)

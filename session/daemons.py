@@ -71,6 +71,8 @@ class PacerSpec(BaseModel):
     max_hold_us: float = Field(5000.0, gt=0, description="longest single hold, us")
     probe_us: float = Field(500.0, ge=100, description="OWD probe period per active "
                                                        "destination, us")
+    predict: bool = Field(True, description="hold for the OWD extrapolated to now (False: "
+                                            "On-Ramp's rule as published; agents/gate.py)")
 
 
 def ns_http_get(ns: str, host: str, port: int, path: str, timeout: float = 3.0) -> dict:
@@ -151,7 +153,8 @@ class AgentMesh:
                          "--port", str(PACER_PORT), "--line-mbit", str(line),
                          "--threshold-us", str(spec.threshold_us),
                          "--max-hold-us", str(spec.max_hold_us),
-                         "--probe-us", str(spec.probe_us)])
+                         "--probe-us", str(spec.probe_us)]
+                        + ([] if spec.predict else ["--no-predict"]))
 
     def stop_pacers(self) -> None:
         """Stop every pacer (SIGTERM: each releases its holds, removes its qdisc and sends a

@@ -553,6 +553,7 @@ class PacerSection(_Model):
     threshold_us: float = Field(description="On-Ramp's threshold T, us")
     max_hold_us: float = Field(description="longest single hold, us")
     probe_us: float = Field(description="OWD probe period per active destination, us")
+    predict: bool = Field(description="holds on the OWD extrapolated to now (agents/gate.py)")
     reports: dict[str, PacerReport] = Field(description="by VM: its last PacerReport "
                                                         "(agents/API.md)")
 

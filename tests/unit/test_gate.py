@@ -75,3 +75,37 @@ def test_stale_and_unsynced_samples_are_ignored():
 def test_bad_parameters_are_refused(field):
     with pytest.raises(ValueError, match=field):
         GateConfig(**{field: 0})
+
+
+def queue_owd(t_ns: float, slope: float = 0.5) -> float:
+    """A synthetic incast queue: empty at t = 0, the OWD grows by ``slope`` per unit time."""
+    return T / 2 + slope * t_ns
+
+
+def test_prediction_extrapolates_a_growing_queue_to_now():
+    """Truth: OWD(t) = T/2 + t / 2; a sample sent at 1 ms and seen one OWD + 0.1 ms later
+    holds for the OWD a packet sent *now* would see, minus T (On-Ramp alone: the stale one)."""
+    for predict, expected_owd in ((True, None), (False, queue_owd(1 * MS))):
+        g = gate(predict=predict)
+        g.decide("vm2", owd_ns=queue_owd(0.5 * MS), sent_ns=MS // 2, now_ns=MS // 2 + 1)
+        now = int(1 * MS + queue_owd(1 * MS) + 0.1 * MS)
+        d = g.decide("vm2", owd_ns=queue_owd(1 * MS), sent_ns=1 * MS, now_ns=now)
+        truth = queue_owd(now) if predict else expected_owd
+        assert truth - T < 5 * MS
+        assert d.hold_ns == pytest.approx(truth - T, abs=2)
+
+
+def test_prediction_never_extrapolates_a_draining_queue_down_nor_beyond_max_slope():
+    g = gate(max_slope=2.0)
+    g.decide("vm2", owd_ns=T + 3 * MS, sent_ns=0, now_ns=4 * MS)
+    d = g.decide("vm3", owd_ns=T + 1 * MS, sent_ns=0, now_ns=2 * MS)  # other destination
+    assert d.hold_ns == 1 * MS
+    g2 = gate(max_slope=2.0)
+    g2.decide("vm2", owd_ns=T, sent_ns=0, now_ns=1 * MS)                # below T, recorded
+    d = g2.decide("vm2", owd_ns=T + 100_000, sent_ns=10_000, now_ns=2 * MS)
+    # slope 10 clipped to 2: 0.1 ms + 2 x (2 ms - 10 us)
+    assert d.hold_ns == pytest.approx(100_000 + 2 * (2 * MS - 10_000), abs=2)
+    g3 = gate()
+    g3.decide("vm2", owd_ns=T + 2 * MS, sent_ns=0, now_ns=3 * MS)       # hold until 5 ms
+    d = g3.decide("vm2", owd_ns=T + 1 * MS, sent_ns=4 * MS, now_ns=6 * MS)  # draining
+    assert d.hold_ns == 1 * MS
