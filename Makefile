@@ -84,6 +84,7 @@ bench: setup
 	$(BIN)/python benchmarks/vmclock.py
 	$(BIN)/python benchmarks/chrony.py
 	$(BIN)/python benchmarks/pacer.py
+	$(BIN)/python benchmarks/pacer_model.py
 	$(BIN)/python benchmarks/two_step.py
 	$(BIN)/python benchmarks/lb.py
 

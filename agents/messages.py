@@ -151,6 +151,10 @@ class PacerDest(_Wire):
     """Times its traffic was held."""
     held_ms: float = 0.0
     """Total time held, ms."""
+    react_us_p99: float | None = None
+    """From an echo's arrival (kernel stamp) to its hold applied, 99th percentile over the
+    recent holds, us: the control loop's own delay (benchmarks/pacer_model.py shows what a
+    given delay costs in drops)."""
     tcp: DestStats | None = None
     """Its TCP connections now (``agents.tcpsense``); ``None`` without any."""
 

@@ -162,6 +162,7 @@ class Pacer:
         self.tcp: dict = {}
         self.owd: dict[str, deque] = {}
         self.releases: dict[str, int] = {}
+        self.react: dict[str, deque] = {}
         self.sent: dict[str, int] = {}
         self.echoed: dict[str, int] = {}
         self.above: dict[str, int] = {}
@@ -203,9 +204,9 @@ class Pacer:
                 dst = self.by_ip.get(addr[0])
                 if dst is not None:
                     self.echoed[dst] = self.echoed.get(dst, 0) + 1
-                    self._sample(dst, tx, prx)
+                    self._sample(dst, tx, prx, rx)
 
-    def _sample(self, dst: str, tx: int, prx: int) -> None:
+    def _sample(self, dst: str, tx: int, prx: int, seen: int) -> None:
         now = self.clock.now_ns()
         why = self.sync.why_not(dst, now)
         self.synced = why is None
@@ -226,6 +227,8 @@ class Pacer:
             self.holder.hold(self.cfg.peers[dst])
             with self.lock:
                 self.releases[dst] = d.until_ns
+                self.react.setdefault(dst, deque(maxlen=_SAMPLES)).append(
+                    self.clock.now_ns() - seen)
 
     def _release_due(self) -> None:
         now = self.clock.now_ns()
@@ -263,6 +266,7 @@ class Pacer:
         dests = {}
         with self.lock:
             owd = {d: np.asarray(s) for d, s in self.owd.items()}
+            react = {d: float(np.percentile(s, 99)) / 1e3 for d, s in self.react.items() if s}
         for name, ip in sorted(self.cfg.peers.items()):
             x, tcp = owd.get(name), self.tcp.get(ip)
             holds, held_ns = self.gate.stats(name)
@@ -273,7 +277,8 @@ class Pacer:
             sent = self.sent.get(name, 0)
             dests[name] = PacerDest(owd_us_p50=p50, owd_us_p99=p99,
                                     owd_samples=0 if x is None else len(x), holds=holds,
-                                    held_ms=held_ns / 1e6, tcp=tcp, probes_sent=sent,
+                                    held_ms=held_ns / 1e6, react_us_p99=react.get(name),
+                                    tcp=tcp, probes_sent=sent,
                                     above_threshold=self.above.get(name, 0),
                                     probes_lost=max(0, sent - self.echoed.get(name, 0)))
         return PacerReport(name=self.cfg.name, t_ns=self.clock.now_ns(), mode=self.cfg.mode,

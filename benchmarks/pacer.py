@@ -10,7 +10,8 @@ in one lab per (senders, queue).
 
 Printed per row: completion (s, all senders done), fabric and VM-link queue drops (the lab's
 tc counters: the truth), TCP retransmitted segments and RTOs (the pacers' sensing), the
-senders' OWD p99 toward the receiver (us), holds, the pacers' CPU (fraction of a core),
+senders' OWD p99 toward the receiver (us), holds, the pacers' reaction delay (an echo's
+arrival to its hold applied, p99 of the slowest sender, us), the pacers' CPU (fraction of a core),
 whether the machine was saturated, and the drops per link ("a-b", both ends).
 Goal (issue 10): zero drops with the pacer on, completion not worse.
 """
@@ -78,6 +79,8 @@ def run_mode(lab, mesh, senders, rx, mode: str, spec: PacerSpec, rounds: int, nb
             "rtos": sum(r.net.timeouts for r in reps),
             "owd_p99_us": max(owd) if owd else None,
             "holds": sum(r.dests[rx.name].holds for r in reps if rx.name in r.dests),
+            "react_us": max((r.dests[rx.name].react_us_p99 or 0 for r in reps
+                             if rx.name in r.dests), default=0),
             "cpu": cpu}
 
 
@@ -95,7 +98,8 @@ def main() -> None:
     args = ap.parse_args()
     setLogLevel("error")
     print(f"{'senders':>7s} {'queue':>5s} {'mode':>6s} {'compl s':>7s} {'drops':>6s} "
-          f"{'retrans':>7s} {'RTOs':>4s} {'OWD p99 us':>10s} {'holds':>5s} {'CPU':>5s} "
+          f"{'retrans':>7s} {'RTOs':>4s} {'OWD p99 us':>10s} {'holds':>5s} {'react us':>8s} "
+          f"{'CPU':>5s} "
           f"{'saturated':>9s} drops per link")
     for n in (int(x) for x in args.senders.split(",")):
         for q in (int(x) for x in args.queues.split(",")):
@@ -118,7 +122,7 @@ def main() -> None:
                         owd = f"{r['owd_p99_us']:10.0f}" if r["owd_p99_us"] else f"{'-':>10s}"
                         print(f"{n:7d} {q:5d} {label:>6s} {r['completion_s']:7.3f} "
                               f"{r['drops']:6d} {r['retrans']:7d} {r['rtos']:4d} {owd} "
-                              f"{r['holds']:5d} {r['cpu']:5.2f} "
+                              f"{r['holds']:5d} {r['react_us']:8.0f} {r['cpu']:5.2f} "
                               f"{fid.summary()['saturated']!s:>9s} {r['where']}", flush=True)
                 finally:
                     mesh.stop()
