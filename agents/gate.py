@@ -26,7 +26,9 @@ rate meanwhile, so a hold of ``owd - T`` drains only what was there then and the
 ratchets up to the buffer. With ``predict`` the gate uses ``owd + slope x (now - sent)``,
 ``slope`` the OWD's growth per unit of send time between this sample and the previous one
 (clipped to ``[0, max_slope]``: a draining queue is never extrapolated down), a first-order
-predictor of the queue now. Off, the gate is On-Ramp's rule as published.
+predictor of the queue now. It lengthens a hold, never starts one: a sample at or below ``T``
+holds nothing whatever its trend (noise on a short queue must not pause traffic). Off, the
+gate is On-Ramp's rule as published.
 """
 from __future__ import annotations
 
@@ -108,15 +110,15 @@ class Gate:
             return Decision(0.0, 0, "clock not synchronized: gate open")
         if now_ns - sent_ns - owd_ns > self.cfg.max_age_ns:
             return Decision(0.0, 0, "stale sample")
-        owd_ns = self._predicted(d, owd_ns, sent_ns, now_ns)
+        predicted = self._predicted(d, owd_ns, sent_ns, now_ns)
         holding = now_ns < d.held_until_ns
         if holding and sent_ns < d.held_since_ns:
             return Decision(0.0, d.held_until_ns, "held: sample predates the hold")
         if now_ns < d.open_until_ns:
             return Decision(0.0, 0, "open after the longest continuous hold")
-        excess = owd_ns - self.cfg.threshold_ns
-        if excess <= 0:
+        if owd_ns <= self.cfg.threshold_ns:
             return Decision(0.0, 0, "below threshold")
+        excess = predicted - self.cfg.threshold_ns
         if not holding:
             d.held_since_ns = now_ns
             d.holds += 1

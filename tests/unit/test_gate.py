@@ -109,3 +109,10 @@ def test_prediction_never_extrapolates_a_draining_queue_down_nor_beyond_max_slop
     g3.decide("vm2", owd_ns=T + 2 * MS, sent_ns=0, now_ns=3 * MS)       # hold until 5 ms
     d = g3.decide("vm2", owd_ns=T + 1 * MS, sent_ns=4 * MS, now_ns=6 * MS)  # draining
     assert d.hold_ns == 1 * MS
+
+
+def test_prediction_never_starts_a_hold_below_threshold():
+    g = gate()
+    g.decide("vm2", owd_ns=T - 200_000, sent_ns=0, now_ns=1 * MS)
+    d = g.decide("vm2", owd_ns=T - 1, sent_ns=10_000, now_ns=3 * MS)   # steep trend, below T
+    assert d.hold_ns == 0 and d.reason == "below threshold"
