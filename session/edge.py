@@ -20,8 +20,9 @@ from session.daemons import AgentMesh, PacerSpec
 if TYPE_CHECKING:  # pragma: no cover
     from lab.lab import Lab
 
-REPORT_WAIT_S = 5.0
-"""How long to wait for the pacers' first and last reports, s."""
+REPORT_WAIT_S = 15.0
+"""How long to wait for the pacers' first and last reports, s (a pacer reports every second;
+its start, Python importing numpy, pydantic and pyroute2, took over 5 s on a loaded machine)."""
 
 
 @dataclass
