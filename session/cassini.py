@@ -43,6 +43,9 @@ if TYPE_CHECKING:  # pragma: no cover
 START_AHEAD_S = 2.0
 """The slots' origin this far after launch: most meshes are up by then, and a rank that is
 not starts on the first slot it can still catch (``Schedule.first_slot``)."""
+ESTIMATE_WAIT_S = 10.0
+"""How long the shifted_synced mode waits for the agents' offsets of the set's VMs, s (a
+state without them failed the mode once on a loaded machine)."""
 
 
 def offsets(state: CoordinatorState | None, vms: Sequence[str], at_ns: int,
@@ -60,6 +63,18 @@ def offsets(state: CoordinatorState | None, vms: Sequence[str], at_ns: int,
         offs.append(round(vm.offset_ns + drift * 1e-6 * (at_ns - state.t_ns)))
         drifts.append(drift)
     return offs, drifts
+
+
+def _estimates(state: Callable[[], CoordinatorState | None], vms: Sequence[str]
+               ) -> CoordinatorState | None:
+    """The coordinator's state once it has an offset for every VM of ``vms``, or the last
+    state after ``ESTIMATE_WAIT_S`` (a loaded coordinator may answer late, or not at once)."""
+    deadline = time.monotonic() + ESTIMATE_WAIT_S
+    while True:
+        st = state()
+        if offsets(st, vms, 0) is not None or time.monotonic() > deadline:
+            return st
+        time.sleep(0.5)
 
 
 def _run(lab: Lab, runs: list[tuple[str, JobConfig, list[str]]]) -> list[dict]:
@@ -120,6 +135,8 @@ def _run_mode(lab: Lab, spec: CassiniSpec, mode: str, p: planner.Plan,
               configs: Mapping[str, JobConfig], vms: Mapping[str, list[str]],
               names: Sequence[str], state: Callable[[], CoordinatorState | None]) -> dict:
     """The set's jobs together in ``mode`` (module docstring); the mode's entry."""
+    st = _estimates(state, [v for n in names for v in vms[n]]) \
+        if mode == "shifted_synced" else None
     start = time.time_ns() + round(START_AHEAD_S * 1e9)
     runs = []
     for k, n in enumerate(names):
@@ -129,7 +146,7 @@ def _run_mode(lab: Lab, spec: CassiniSpec, mode: str, p: planner.Plan,
         elif mode != "fair":
             sched = {"start_ns": start, "period_s": p.slots_s[n], "shift_s": p.shifts_s[n]}
             if mode == "shifted_synced":
-                est = offsets(state(), vms[n], start)
+                est = offsets(st, vms[n], start)
                 if est is None:
                     return failed("no offset estimates from the agents")
                 sched["offsets_ns"], sched["drifts_ppm"] = est
