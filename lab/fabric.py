@@ -84,9 +84,11 @@ def mark_commands(mode: str, slot_routes: list[tuple[str, list[tuple[int, str]]]
     """``nft -f`` lines (table ``ip nslab_fabric``, replaced atomically) that mark every
     packet towards a multipath prefix with its slot: ``spray`` a uniformly random alive one,
     ``entropy`` the slot named by the packet's DSCP (1..``slots``), remapped to an alive one
-    when it is dead."""
-    lines = ["add table ip nslab_fabric", "delete table ip nslab_fabric",
-             "add table ip nslab_fabric",
+    when it is dead; ``ecmp`` removes the table (no marks: the main table's hash)."""
+    lines = ["add table ip nslab_fabric", "delete table ip nslab_fabric"]
+    if mode == "ecmp":
+        return lines
+    lines += ["add table ip nslab_fabric",
              "add chain ip nslab_fabric pick { type filter hook prerouting priority mangle; }"]
     for prefix, alive in slot_routes:
         if mode == "spray" and len(alive) > 1:

@@ -242,6 +242,23 @@ class Lab:
             if isinstance(node, Router):
                 node.install_routes(self.routes.get(node.name, []))
 
+    def set_fabric(self, mode: str) -> Event:
+        """Switch every router to fabric ``mode`` now (``lab.fabric``; the routes stay) and
+        stamp ``fabric`` in the timeline.
+
+        Raises:
+            ValueError: an unknown mode; CapabilityError: this kernel cannot provide it;
+            LabError: the lab is not running.
+        """
+        if self.net is None:
+            raise LabError(f"lab {self.name} is not running")
+        require_fabric(mode, probe())
+        self.fabric = mode
+        for node in self.net.switches:
+            if isinstance(node, Router):
+                node.apply_fabric()
+        return self.stamp("fabric", "", mode=mode)
+
     def path_slots(self, router: str) -> list[tuple[str, list[tuple[int, str]]]]:
         """The alive path slots of ``router``'s multipath prefixes now
         (``topo.routing.path_slots``)."""

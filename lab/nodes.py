@@ -140,10 +140,9 @@ class Router(LabNode):
                     f"net.ipv4.fib_multipath_hash_seed={lab.seed & 0xFFFFFFFF}")
         self.slots = max((len(h) for _, h in lab.healthy_routes.get(name, [])), default=0)
         """Path slots of the fabric mode: the most next hops of any healthy route."""
+        self._slot_rules = False
 
     def start(self, controllers) -> None:
-        if self.lab.fabric != "ecmp" and self.slots > 1:
-            tc.run_batch(self.netns, "ip", fabric.rule_commands(self.slots))
         self.install_routes(self.lab.routes.get(self.name, []))
 
     def install_routes(self, routes: list[tuple[str, list[str]]]) -> None:
@@ -161,8 +160,17 @@ class Router(LabNode):
             dst = f"{r.get_attr('RTA_DST')}/{r['dst_len']}"
             if dst not in keep:
                 self.ipr.route("del", dst=dst)
-        if self.lab.fabric == "ecmp" or self.slots < 2:
+        self.apply_fabric()
+
+    def apply_fabric(self) -> None:
+        """Install the lab's fabric mode for the routes now: the slot rules once, the slot
+        tables and the marking rules (``ecmp`` after another mode: the marking rules
+        removed, so every packet takes the main table's multipath route again)."""
+        if self.slots < 2 or (self.lab.fabric == "ecmp" and not self._slot_rules):
             return
+        if not self._slot_rules:
+            tc.run_batch(self.netns, "ip", fabric.rule_commands(self.slots))
+            self._slot_rules = True
         slot_routes = self.lab.path_slots(self.name)
         tc.run_batch(self.netns, "ip", fabric.table_commands(slot_routes, self.slots))
         tc.run_batch(self.netns, "nft", fabric.mark_commands(self.lab.fabric, slot_routes,

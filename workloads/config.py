@@ -41,7 +41,7 @@ DEFAULT_HIDDEN = 256
 IN_FEATURES, OUT_FEATURES, BATCH = 64, 8, 32
 # fields the DDP workload does not use: they must keep their defaults in a ddp job
 NCCL_ONLY = ("dtype", "op", "root", "compute_units", "gpu_s", "conns_per_peer", "src_port_base",
-             "dscp", "cc", "connect_timeout_s", "schedule")
+             "dscp", "cc", "connect_timeout_s", "schedule", "balancer")
 
 
 def ddp_params(hidden: int) -> int:
@@ -98,6 +98,12 @@ class JobConfig(BaseModel):
     dscp: tuple[Annotated[int, Field(ge=0, le=63)], ...] = Field(
         (), description="path hint: DSCP code points 0..63, cycled over connection indices "
         "(default: no marking)")
+    balancer: Literal["none", "ethereal", "reps"] = Field(
+        "none", description="host-side load balancer (workloads.lb.balancer; the fabric must "
+        "map DSCP to paths, fabric mode entropy): connection c to every peer carries DSCP "
+        "c + 1, the ranks discover the paths by TTL probes, and ethereal (per collective step, "
+        "equal bytes per path) or reps (recycled clean entropy values per frame) chooses the "
+        "connection of every frame; needs conns_per_peer >= 2 (one per path) and no dscp")
     cc: Literal["cubic", "bbr", "reno"] | None = Field(
         None, description="TCP congestion control of the job's connections (TCP_CONGESTION, "
         "tcp(7)); null: the VM's default")
@@ -157,6 +163,10 @@ class JobConfig(BaseModel):
             return self
         if self.hidden is not None:
             raise ValueError(f"hidden: only for collective {DDP}, not {self.collective}")
+        if self.balancer != "none" and (self.dscp or self.conns_per_peer < 2):
+            raise ValueError(f"balancer: {self.balancer} sets DSCP 1..conns_per_peer itself and "
+                             "needs one connection per path: give conns_per_peer >= 2 (the "
+                             "fabric's spines) and no dscp")
         if self.bytes is not None and self.count is not None:
             raise ValueError("bytes, count: give at most one of them (bytes: nccl-tests size; "
                              "count: NCCL count in elements)")
@@ -270,8 +280,11 @@ class WorkerConfig(BaseModel):
 
     @property
     def hints(self) -> PathHints:
-        """The connections' path hints (source ports, DSCP)."""
-        return PathHints(self.job.src_port_base, tuple(self.job.dscp))
+        """The connections' path hints (source ports, DSCP; with a balancer DSCP c + 1 on
+        connection c)."""
+        dscp = (tuple(range(1, self.job.conns_per_peer + 1)) if self.job.balancer != "none"
+                else tuple(self.job.dscp))
+        return PathHints(self.job.src_port_base, dscp)
 
 
 def as_job_config(config: JobConfig) -> JobConfig:

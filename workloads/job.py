@@ -8,7 +8,8 @@ them with a timeout, and returns a summary (schema ``nslab.job/1``) whose core f
 
     schema, name, collective (snake case; for ddp ``config.DDP_LABEL``), nccl_name, world,
     placement ({"rank": host}), count (NCCL count, elements), bytes (nccl-tests size), dtype,
-    op, root, iterations, warmup, compute_units, conns_per_peer, completion_s (the slowest
+    op, root, iterations, warmup, compute_units, conns_per_peer, balancer, tcp (the ranks'
+    TCP counters summed: retransmits, rtos, reordering; ``tcp_totals``), completion_s (the slowest
     rank's first-to-last timed iteration, VM clocks), iteration_s and comm_s ({p50, p90, p99,
     max, mean}, s, over iterations, ``stats.percentiles``; each iteration counts as its
     slowest rank's duration), iteration_times_s and comm_times_s (per timed iteration, in
@@ -334,6 +335,7 @@ class Job:
             "root": c.root if algorithm in coll.ROOTED else None,
             "iterations": c.iterations, "warmup": c.warmup,
             "compute_units": c.compute_units, "conns_per_peer": c.conns_per_peer,
+            "balancer": c.balancer, "tcp": tcp_totals(docs),
             "completion_s": completion, "iteration_s": iteration, "comm_s": comm, **times,
             "algbw_bit_s": algbw, "busbw_bit_s": busbw, "bus_factor": factor,
             "wall_s": wall_s, "verified": ok,
@@ -348,6 +350,16 @@ class Job:
             self._stop_all()
         if self._own_dir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def tcp_totals(docs: Sequence[dict | None]) -> dict[str, int | None]:
+    """The ranks' ``tcp`` counters summed (retransmits, rtos, reordering); a counter is None
+    when a rank did not report it."""
+    out: dict[str, int | None] = {}
+    for key in ("retransmits", "rtos", "reordering"):
+        vals = [(d.get("tcp") or {}).get(key) if d else None for d in docs]
+        out[key] = None if None in vals else sum(vals)
+    return out
 
 
 def run_job(name: str, config: JobConfig, addresses: Sequence[str],

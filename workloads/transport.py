@@ -8,11 +8,18 @@ size, rank, connection index, 8-byte job key), so a worker never talks to anothe
 
 Transfers are byte copies between numpy buffers: ``Mesh.exchange`` progresses any set of sends
 and receives to several peers at once on non-blocking sockets (``selectors``), so a ring step
-that sends right while receiving left cannot deadlock on full socket buffers. With several
-connections per peer, a message of n bytes is cut into ``conns_per_peer`` contiguous parts
-(part c is bytes ``[c*n//k, (c+1)*n//k)``) sent in parallel, one per connection; both ends cut
-the same way, so no framing is needed. Messages between two ranks arrive in the order they were
-posted. Every wait is bounded by the mesh's deadline.
+that sends right while receiving left cannot deadlock on full socket buffers. A message's
+bytes travel in frames of at most ``FRAME_BYTES`` (64 KiB), each with a 16-byte header
+(``!IQI``: the message's sequence number between the two ranks, the offset, the length), so
+the receiver places them whatever connection they came on. The mesh's balancer
+(``workloads.lb.balancer``) chooses the connections: by default (``Even``) a message of n bytes
+is cut into ``conns_per_peer`` contiguous parts (part c is bytes ``[c*n//k, (c+1)*n//k)``),
+one per connection; ``Ethereal`` and ``RepsLb`` steer by path, read ``TCP_INFO`` while data
+is in flight (acknowledged bytes, retransmissions, timeouts) and keep at most two frames
+unsent in the kernel (``TCP_NOTSENT_LOWAT``) so a failed path's unsent frames can move. A
+frame of a message the receiver has not posted yet waits in its socket. Messages between two
+ranks are matched in the order they were posted. Every wait is bounded by the mesh's
+deadline.
 
 Path hints (both off by default), for load balancers that steer flows by their 5-tuple or DSCP:
 
@@ -47,13 +54,19 @@ from workloads.errors import (
     PeerLostError,
     PeerUnreachableError,
 )
+from workloads.lb import tcpinfo
+from workloads.lb.balancer import FRAME_BYTES, Even, split_bytes
 
 if TYPE_CHECKING:
     from typing import Self
 
+__all__ = ["Mesh", "PathHints", "format_address", "job_key", "parse_address", "split_bytes"]
+
 _HELLO = struct.Struct("!4sBBHHH8s")
 _MAGIC = b"NSLB"
 _VERSION = 1
+TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
+_FRAME = struct.Struct("!IQI")  # message sequence number, offset, length
 _RETRY_S = 0.05
 _LOST_ERRNOS = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
@@ -86,12 +99,6 @@ def format_address(host: str, port: int) -> str:
 def job_key(job_id: str) -> bytes:
     """The 8-byte key of a job name carried in the hello (SHA-256 prefix)."""
     return hashlib.sha256(job_id.encode()).digest()[:8]
-
-
-def split_bytes(nbytes: int, parts: int) -> list[tuple[int, int]]:
-    """Cut ``nbytes`` into ``parts`` contiguous ``(start, stop)`` ranges, sizes differing by at
-    most one byte (some empty when ``nbytes < parts``)."""
-    return [(c * nbytes // parts, (c + 1) * nbytes // parts) for c in range(parts)]
 
 
 @dataclass(frozen=True)
@@ -132,19 +139,54 @@ class PathHints:
         return self.dscp[conn % len(self.dscp)] << 2 if self.dscp else None
 
 
-class _Link:
-    """One established TCP connection and the work queued on it by the current exchange."""
+class _Frame:
+    """A piece of one message on one connection: its 16-byte header (sequence number of the
+    message between the two ranks, offset in it, length) and its bytes."""
 
-    __slots__ = ("conn", "initiator", "mask", "peer", "recvq", "sendq", "sock")
+    __slots__ = ("data", "hdr", "sent", "total")
+
+    def __init__(self, seq: int, offset: int, data: memoryview):
+        self.hdr = _FRAME.pack(seq, offset, len(data))
+        self.data = data
+        self.sent = 0
+        self.total = _FRAME.size + len(data)
+
+
+class _Msg:
+    """A posted receive: where its bytes go and how many are still missing."""
+
+    __slots__ = ("left", "view")
+
+    def __init__(self, view: memoryview):
+        self.view = view
+        self.left = len(view)
+
+
+class _Link:
+    """One established TCP connection: frames queued to send, the frame being received, and
+    what the balancer tracks (stream position written, frames not yet acknowledged)."""
+
+    __slots__ = ("conn", "eof", "in_rto", "initiator", "mask", "parked", "peer", "retrans",
+                 "rx_hdr", "rx_hlen", "rx_msg", "rx_view", "sendq", "sock", "unacked",
+                 "written")
 
     def __init__(self, sock: socket.socket, peer: int, conn: int, initiator: bool):
         self.sock = sock
         self.peer = peer
         self.conn = conn
         self.initiator = initiator
-        self.sendq: deque[memoryview] = deque()
-        self.recvq: deque[memoryview] = deque()
+        self.sendq: deque[_Frame] = deque()
         self.mask = 0
+        self.rx_hdr = bytearray(_FRAME.size)
+        self.rx_hlen = 0
+        self.rx_view: memoryview | None = None
+        self.rx_msg: _Msg | None = None
+        self.parked = False  # holding the header of a message not posted yet
+        self.eof = False  # the peer closed its side (after whole frames)
+        self.written = _HELLO.size  # stream bytes written: the hello, then frames
+        self.unacked: deque[tuple[int, int]] = deque()  # (stream end, retransmits then)
+        self.retrans = 0
+        self.in_rto = False
 
 
 def _set_cc(sock: socket.socket, cc: str | None) -> None:
@@ -159,6 +201,12 @@ def _set_tos(sock: socket.socket, tos: int | None) -> None:
         sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, tos)
     else:
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+
+
+def _frames(seq: int, view: memoryview, start: int, stop: int) -> list[_Frame]:
+    """Bytes [start, stop) of message ``seq`` as frames of at most ``FRAME_BYTES``."""
+    return [_Frame(seq, a, view[a:min(a + FRAME_BYTES, stop)])
+            for a in range(start, stop, FRAME_BYTES)]
 
 
 def _byte_view(arr: np.ndarray) -> memoryview:
@@ -183,6 +231,8 @@ class Mesh:
         connect_timeout: seconds ``connect`` may take (s).
         deadline: ``time.monotonic()`` value after which every wait fails with
             ``JobTimeoutError`` (None: no overall limit).
+        balancer: which bytes of a message go on which connection to the peer
+            (``workloads.lb.balancer``: ``Even``, the default, ``Ethereal``, ``RepsLb``).
 
     Raises:
         ValueError: bad rank, world, address or hint.
@@ -193,7 +243,7 @@ class Mesh:
     def __init__(self, rank: int, addresses: Sequence[str | tuple[str, int]], *,
                  conns_per_peer: int = 1, hints: PathHints | None = None, job_id: str = "",
                  connect_timeout: float = 10.0, deadline: float | None = None,
-                 cc: str | None = None):
+                 cc: str | None = None, balancer=None):
         self.addresses = [parse_address(a) if isinstance(a, str) else (a[0], int(a[1]))
                           for a in addresses]
         self.world = len(self.addresses)
@@ -217,6 +267,14 @@ class Mesh:
         self._listener: socket.socket | None = None
         self._sel = selectors.DefaultSelector()
         self._connected = False
+        self.balancer = balancer or Even(conns_per_peer)
+        peers = [p for p in range(self.world) if p != rank]
+        self._tx_seq = dict.fromkeys(peers, 0)
+        self._rx_seq = dict.fromkeys(peers, 0)
+        self._posted: dict[int, dict[int, _Msg]] = {p: {} for p in peers}
+        self._pool: dict[int, deque[_Frame]] = {p: deque() for p in peers}
+        self._inflight = dict.fromkeys(peers, 0)
+        self._rx_left = 0
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -478,6 +536,8 @@ class Mesh:
     def _add_link(self, sock: socket.socket, peer: int, conn: int, initiator: bool) -> None:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.balancer.poll_s is not None:  # unsent bytes stay here, movable
+            sock.setsockopt(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT, 2 * FRAME_BYTES)
         links = self._links.setdefault(peer, [None] * self.conns_per_peer)  # type: ignore[list-item]
         links[conn] = _Link(sock, peer, conn, initiator)
 
@@ -531,13 +591,14 @@ class Mesh:
         """Send and receive concurrently; return when every transfer is complete.
 
         Args:
-            sends: ``(peer, array)`` pairs; the array's bytes are sent to ``peer``.
+            sends: ``(peer, array)`` pairs; the array's bytes are sent to ``peer``, cut over
+                the peer's connections by the mesh's balancer.
             recvs: ``(peer, array)`` pairs; ``array.nbytes`` bytes from ``peer`` are written
                 into ``array`` (C-contiguous, writable).
             label: what the transfer is, for error messages (e.g. "all_reduce step 2").
 
-        Several messages to or from one peer are sent or matched in list order; the
-        receiver must post the same sizes in the same order. Empty arrays are skipped.
+        Several messages to or from one peer are matched in list order; the receiver must
+        post the same sizes in the same order. Empty arrays are skipped.
 
         Raises:
             PeerLostError: a connection closed or reset (``peers``: that rank).
@@ -546,8 +607,7 @@ class Mesh:
         """
         if not self._connected:
             raise RuntimeError("Mesh.connect() has not completed")
-        k = self.conns_per_peer
-        busy: dict[int, _Link] = {}
+        out: list[tuple[int, memoryview]] = []
         for items, is_send in ((sends, True), (recvs, False)):
             for peer, arr in items:
                 if peer == self.rank or not 0 <= peer < self.world:
@@ -555,28 +615,50 @@ class Mesh:
                 if arr.nbytes == 0:
                     continue
                 view = _byte_view(arr)
-                for ln, (a, b) in zip(self._links[peer], split_bytes(len(view), k),
-                                      strict=True):
-                    if b > a:
-                        (ln.sendq if is_send else ln.recvq).append(view[a:b])
-                        busy[ln.sock.fileno()] = ln
-        if busy:
-            self._progress(busy, label)
+                if is_send:
+                    out.append((peer, view))
+                    continue
+                seq = self._rx_seq[peer]
+                self._rx_seq[peer] += 1
+                self._posted[peer][seq] = _Msg(view)
+                self._rx_left += 1
+                for ln in self._links[peer]:
+                    ln.parked = False
+        segments = (None if self.balancer.dynamic else
+                    self.balancer.split([(p, len(v)) for p, v in out], time.monotonic()))
+        for i, (peer, view) in enumerate(out):
+            seq = self._tx_seq[peer]
+            self._tx_seq[peer] += 1
+            if segments is None:
+                self._pool[peer].extend(_frames(seq, view, 0, len(view)))
+            else:
+                for conn, a, b in segments[i]:
+                    self._links[peer][conn].sendq.extend(_frames(seq, view, a, b))
+        if out or self._rx_left:
+            self._progress(label)
 
-    def _progress(self, busy: dict[int, _Link], label: str) -> None:
+    def _progress(self, label: str) -> None:
         sel = self._sel
+        poll_s = self.balancer.poll_s
+        next_poll = time.monotonic()
+        links = [ln for lns in self._links.values() for ln in lns]
         try:
-            # one non-blocking pass first: small messages often complete without select()
-            for ln in list(busy.values()):
-                self._pump(ln, True, True, label)
-                if not ln.sendq and not ln.recvq:
-                    del busy[ln.sock.fileno()]
-            while busy:
-                for ln in busy.values():
-                    mask = ((selectors.EVENT_READ if ln.recvq else 0)
-                            | (selectors.EVENT_WRITE if ln.sendq else 0))
+            while True:
+                if poll_s is not None and time.monotonic() >= next_poll:
+                    self._poll(links)
+                    next_poll = time.monotonic() + poll_s
+                if self.balancer.dynamic:
+                    self._dispatch()
+                sending = any(ln.sendq for ln in links) or any(self._pool.values())
+                if not sending and not self._rx_left:
+                    return
+                for ln in links:
+                    mask = ((selectors.EVENT_READ if self._posted[ln.peer] and not ln.parked
+                             and not ln.eof else 0) | (selectors.EVENT_WRITE if ln.sendq else 0))
                     if mask != ln.mask:
-                        if ln.mask:
+                        if not mask:
+                            sel.unregister(ln.sock)
+                        elif ln.mask:
                             sel.modify(ln.sock, mask, ln)
                         else:
                             sel.register(ln.sock, mask, ln)
@@ -585,42 +667,116 @@ class Mesh:
                 if self.deadline is not None:
                     timeout = self.deadline - time.monotonic()
                     if timeout <= 0:
-                        self._timed_out(busy, label)
+                        self._timed_out(links, label)
+                if poll_s is not None and (sending or any(ln.unacked for ln in links)):
+                    wait = max(0.0, next_poll - time.monotonic())
+                    timeout = wait if timeout is None else min(timeout, wait)
                 for skey, ev in sel.select(timeout):
-                    ln = skey.data
-                    self._pump(ln, bool(ev & selectors.EVENT_READ),
+                    self._pump(skey.data, bool(ev & selectors.EVENT_READ),
                                bool(ev & selectors.EVENT_WRITE), label)
-                    if not ln.sendq and not ln.recvq:
-                        sel.unregister(ln.sock)
-                        ln.mask = 0
-                        del busy[ln.sock.fileno()]
         finally:
-            for ln in busy.values():
+            for ln in links:
                 if ln.mask:
                     sel.unregister(ln.sock)
                     ln.mask = 0
-                ln.sendq.clear()
-                ln.recvq.clear()
+
+    def _dispatch(self) -> None:
+        """Dynamic balancers: place pooled frames, each on the connection the balancer picks,
+        while the peer has fewer than ``balancer.inflight`` frames unacknowledged."""
+        bal = self.balancer
+        for peer, pool in self._pool.items():
+            while pool and self._inflight[peer] < bal.inflight:
+                self._links[peer][bal.pick(peer)].sendq.append(pool.popleft())
+                self._inflight[peer] += 1
+
+    def _poll(self, links: list[_Link]) -> None:
+        """Read ``TCP_INFO`` of the connections carrying data: acknowledged frames to the
+        balancer, a retransmission timeout to it (and the unsent frames where it says)."""
+        now = time.monotonic()
+        for ln in links:
+            if not (ln.sendq or ln.unacked or ln.in_rto):
+                continue
+            try:
+                info = tcpinfo.read(ln.sock)
+            except OSError:
+                continue
+            while ln.unacked and info.bytes_acked is not None \
+                    and info.bytes_acked >= ln.unacked[0][0]:
+                _, retrans = ln.unacked.popleft()
+                self._inflight[ln.peer] -= 1
+                self.balancer.acked(ln.peer, ln.conn, info.total_retrans != retrans,
+                                    info.rtt_us, info.min_rtt_us)
+            ln.retrans = info.total_retrans
+            if info.in_timeout and not ln.in_rto:
+                target = self.balancer.timeout(ln.peer, ln.conn, now)
+                if target is not None:
+                    self._move(ln, target)
+            ln.in_rto = info.in_timeout
+
+    def _move(self, ln: _Link, target: int) -> None:
+        """Move ``ln``'s frames not started yet to connection ``target`` of the same peer
+        (-1: back to the peer's pool)."""
+        keep = deque([ln.sendq.popleft()]) if ln.sendq and ln.sendq[0].sent else deque()
+        moved, ln.sendq = ln.sendq, keep
+        if target < 0:
+            self._pool[ln.peer].extendleft(reversed(moved))
+            self._inflight[ln.peer] -= len(moved)
+        else:
+            self._links[ln.peer][target].sendq.extend(moved)
 
     def _pump(self, ln: _Link, readable: bool, writable: bool, label: str) -> None:
         sock = ln.sock
         try:
             while writable and ln.sendq:
-                view = ln.sendq[0]
-                n = sock.send(view)
-                if n < len(view):
-                    ln.sendq[0] = view[n:]
+                fr = ln.sendq[0]
+                if fr.sent < _FRAME.size:
+                    n = sock.sendmsg([memoryview(fr.hdr)[fr.sent:], fr.data])
+                else:
+                    n = sock.send(fr.data[fr.sent - _FRAME.size:])
+                fr.sent += n
+                if fr.sent < fr.total:
                     break
                 ln.sendq.popleft()
-            while readable and ln.recvq:
-                view = ln.recvq[0]
-                n = sock.recv_into(view)
+                ln.written += fr.total
+                if self.balancer.dynamic:
+                    ln.unacked.append((ln.written, ln.retrans))
+            while readable and not ln.parked and not ln.eof and self._posted[ln.peer]:
+                if ln.rx_view is None:
+                    if ln.rx_hlen < _FRAME.size:
+                        n = sock.recv_into(memoryview(ln.rx_hdr)[ln.rx_hlen:])
+                        if n == 0 and ln.rx_hlen == 0:  # done: the rest is on others
+                            ln.eof = True
+                            if all(x.eof for x in self._links[ln.peer]):
+                                self._lost(ln, label, "closed by the peer")
+                            break
+                        if n == 0:
+                            self._lost(ln, label, "closed by the peer")
+                        ln.rx_hlen += n
+                        if ln.rx_hlen < _FRAME.size:
+                            break
+                    seq, offset, length = _FRAME.unpack(ln.rx_hdr)
+                    msg = self._posted[ln.peer].get(seq)
+                    if msg is None:  # a later message's frame: wait until it is posted
+                        ln.parked = True
+                        break
+                    if offset + length > len(msg.view):
+                        raise ConfigError(f"rank {self.rank}: rank {ln.peer} sent bytes "
+                                          f"{offset}..{offset + length} of a {len(msg.view)}"
+                                          f"-byte message during {label} (sizes differ)",
+                                          peers=[ln.peer])
+                    ln.rx_view, ln.rx_msg = msg.view[offset:offset + length], msg
+                n = sock.recv_into(ln.rx_view)
                 if n == 0:
                     self._lost(ln, label, "closed by the peer")
-                if n < len(view):
-                    ln.recvq[0] = view[n:]
+                ln.rx_view = ln.rx_view[n:]
+                ln.rx_msg.left -= n
+                if len(ln.rx_view):
                     break
-                ln.recvq.popleft()
+                if not ln.rx_msg.left:
+                    del self._posted[ln.peer][_FRAME.unpack(ln.rx_hdr)[0]]
+                    self._rx_left -= 1
+                ln.rx_view = ln.rx_msg = None
+                ln.rx_hlen = 0
         except (BlockingIOError, InterruptedError):
             return
         except _LOST_ERRNOS as e:
@@ -632,16 +788,37 @@ class Mesh:
         raise PeerLostError(f"rank {self.rank}: connection {ln.conn} to rank {ln.peer} "
                             f"({self.addr(ln.peer)}) {why} during {label}", [ln.peer])
 
-    def _timed_out(self, busy: dict[int, _Link], label: str) -> None:
+    def _timed_out(self, links: list[_Link], label: str) -> None:
         pending: dict[int, list[int]] = {}
-        for ln in busy.values():
+        for ln in links:
             tot = pending.setdefault(ln.peer, [0, 0])
-            tot[0] += sum(len(v) for v in ln.sendq)
-            tot[1] += sum(len(v) for v in ln.recvq)
+            tot[0] += sum(fr.total - fr.sent for fr in ln.sendq)
+        for peer, pool in self._pool.items():
+            pending[peer][0] += sum(fr.total for fr in pool)
+        for peer, msgs in self._posted.items():
+            pending[peer][1] += sum(m.left for m in msgs.values())
         what = ", ".join(f"rank {p} ({s} B to send, {r} B to receive)"
-                         for p, (s, r) in sorted(pending.items()))
+                         for p, (s, r) in sorted(pending.items()) if s or r)
         raise JobTimeoutError(f"rank {self.rank}: job timeout during {label}, waiting on {what}",
-                              pending)
+                              {p: v for p, v in pending.items() if any(v)})
+
+    def tcp_totals(self) -> dict:
+        """Over every connection now (``TCP_INFO``): ``retransmits`` (segments), ``rtos``
+        (retransmission timeouts; None before Linux 6.7) and ``reordering`` (out-of-order
+        packets received; None before 5.4)."""
+        infos = []
+        for lns in self._links.values():
+            for ln in lns:
+                try:
+                    infos.append(tcpinfo.read(ln.sock))
+                except OSError:
+                    pass
+
+        def total(name: str) -> int | None:
+            vals = [getattr(i, name) for i in infos]
+            return None if None in vals else sum(vals)
+        return {"retransmits": total("total_retrans"), "rtos": total("total_rto"),
+                "reordering": total("rcv_ooopack")}
 
     # -- tear-down ------------------------------------------------------------------------
 

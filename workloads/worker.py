@@ -25,7 +25,10 @@ writes it to ``--json PATH`` if given. Fields (units in the names):
     schedule's slot of the first iteration, ``Schedule.first_slot``; None without a schedule),
     verified (bool), error (None or a message starting "rank R: "), error_kind (None, config,
     unreachable, peer_lost, timeout, terminated, verify, internal), flows (the TCP
-    connections: peer, conn, local, remote, initiator, dscp).
+    connections: peer, conn, local, remote, initiator, dscp), balancer (none, ethereal, reps),
+    lb (what the balancer did: ``workloads.lb.balancer`` stats, the paths it found per peer),
+    tcp (over the rank's connections at the end, warm-up included: retransmits, rtos,
+    reordering = out-of-order packets received; ``Mesh.tcp_totals``).
 
 Exit status: 0 success, 1 the job failed (peer unreachable or lost, timeout, SIGTERM,
 internal error), 2 bad configuration, 3 a result differed from the reference. The worker never
@@ -54,8 +57,9 @@ from agents.clock import Clock
 from workloads import collectives as coll
 from workloads.config import DDP, JobConfig, WorkerConfig, describe, read_json_argument
 from workloads.errors import ConfigError, JobTimeoutError, WorkloadError
+from workloads.lb import balancer as lb
 from workloads.schedule import wait_until
-from workloads.transport import Mesh
+from workloads.transport import Mesh, parse_address
 
 SCHEMA = "nslab.worker/1"
 COMPUTE_MATRIX_N = 128
@@ -106,6 +110,7 @@ def base_document(cfg: WorkerConfig) -> dict:
         "start_ns": None, "end_ns": None, "elapsed_s": None, "iteration_s": [], "wait_s": [],
         "compute_s": [], "comm_s": [], "comm_start_ns": [], "first_slot": None,
         "verified": False, "error": None, "error_kind": None, "flows": [],
+        "balancer": job.balancer, "lb": None, "tcp": None,
     }
 
 
@@ -147,11 +152,13 @@ def run_worker(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None =
         doc = base_document(cfg)
     clock = clock or Clock()
     doc["clock"] = "emulated" if clock.emulated else "system"
-    mesh = Mesh(rank, cfg.peers, conns_per_peer=job.conns_per_peer, hints=cfg.hints,
-                job_id=cfg.name, connect_timeout=job.connect_timeout_s,
-                deadline=t_start + job.timeout_s, cc=job.cc)
     closed = False
     with reported(doc):
+        balancer = lb.make(job.balancer, rank, [parse_address(a)[0] for a in cfg.peers],
+                           job.conns_per_peer, seed=job.seed)
+        mesh = Mesh(rank, cfg.peers, conns_per_peer=job.conns_per_peer, hints=cfg.hints,
+                    job_id=cfg.name, connect_timeout=job.connect_timeout_s,
+                    deadline=t_start + job.timeout_s, cc=job.cc, balancer=balancer)
         try:
             if job.collective == DDP:
                 raise ConfigError("collective ddp runs with python -m workloads.ddp")
@@ -190,6 +197,8 @@ def run_worker(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None =
                     problem = _mismatch(recvbuf, want, i)
                 if i >= job.warmup:
                     record(doc, t0, t1, t2, tc)
+            doc["tcp"] = mesh.tcp_totals()
+            doc["lb"] = balancer.stats()
             mesh.close(graceful=True)
             closed = True
             if problem:
