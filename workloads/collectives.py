@@ -21,7 +21,8 @@ Algorithms (the ones NCCL uses on a ring, or its grouped send/recv for the rest)
 
 * all_reduce: ring reduce-scatter then ring all-gather, each N-1 steps of about count/N
   elements; chunk i is elements ``[i*count//N, (i+1)*count//N)``, so any count works (chunks
-  may be empty when count < N).
+  may be empty when count < N); or (``algo="halving_doubling"``, N a power of two)
+  recursive-halving reduce-scatter then recursive-doubling all-gather on the same chunks.
 * reduce_scatter / all_gather: the same ring phases on the N equal blocks.
 * broadcast / reduce: a pipelined chain along the ring from (to) the root, in chunks of
   ``PIPELINE_CHUNK_BYTES``: N-2 + ceil(bytes/chunk) steps.
@@ -253,27 +254,80 @@ def _ring_all_gather(comm: Communicator, work: np.ndarray, bounds: list[int],
                       label=f"{label} all-gather step {s}")
 
 
+def _halving_reduce_scatter(comm: Communicator, work: np.ndarray, bounds: list[int],
+                            ufunc: np.ufunc, label: str) -> None:
+    """Recursive halving: at distance N/2, N/4, ..., 1 a rank keeps the half of its chunk
+    range on its side of the partner (rank XOR distance) and sends the other half; after
+    log2 N steps rank r's chunk r of ``work`` holds the reduction over all ranks."""
+    n, r = comm.world, comm.rank
+    lo, hi, dist = 0, n, n // 2
+    while dist:
+        mid = (lo + hi) // 2
+        keep, give = ((lo, mid), (mid, hi)) if not r & dist else ((mid, hi), (lo, mid))
+        dst = work[bounds[keep[0]]:bounds[keep[1]]]
+        got = np.empty_like(dst)
+        comm.exchange(sends=[(r ^ dist, work[bounds[give[0]]:bounds[give[1]]])],
+                      recvs=[(r ^ dist, got)], label=f"{label} reduce-scatter distance {dist}")
+        ufunc(dst, got, out=dst)
+        (lo, hi), dist = keep, dist // 2
+
+
+def _doubling_all_gather(comm: Communicator, work: np.ndarray, bounds: list[int],
+                         label: str) -> None:
+    """Recursive doubling: rank r owns chunk r; at distance 1, 2, ..., N/2 it swaps its
+    owned range with the partner's (rank XOR distance), doubling it."""
+    n, r = comm.world, comm.rank
+    lo, hi, dist = r, r + 1, 1
+    while dist < n:
+        other = (hi, 2 * hi - lo) if not r & dist else (2 * lo - hi, lo)
+        comm.exchange(sends=[(r ^ dist, work[bounds[lo]:bounds[hi]])],
+                      recvs=[(r ^ dist, work[bounds[other[0]]:bounds[other[1]]])],
+                      label=f"{label} all-gather distance {dist}")
+        lo, hi, dist = min(lo, other[0]), max(hi, other[1]), dist * 2
+
+
+ALL_REDUCE_ALGOS = ("ring", "halving_doubling")
+
+
+def check_algo(algo: str, world: int) -> None:
+    """Raises ValueError for an unknown AllReduce algorithm, or halving_doubling on a world
+    that is not a power of two."""
+    if algo not in ALL_REDUCE_ALGOS:
+        raise ValueError(f"unknown all_reduce algorithm {algo!r}; expected one of "
+                         f"{', '.join(ALL_REDUCE_ALGOS)}")
+    if algo == "halving_doubling" and world & (world - 1):
+        raise ValueError(f"halving_doubling needs a power-of-two number of ranks, not {world}")
+
+
 def all_reduce(comm: Communicator, sendbuf: np.ndarray, recvbuf: np.ndarray | None = None,
-               op: str = "sum") -> np.ndarray:
+               op: str = "sum", algo: str = "ring") -> np.ndarray:
     """ncclAllReduce: ``recvbuf[i] = op over ranks of sendbuf[i]``; shapes (count,).
 
-    Ring: reduce-scatter then all-gather, 2(N-1) steps of about count/N elements.
+    ``ring``: reduce-scatter then all-gather, 2(N-1) steps of about count/N elements, each to
+    the next rank. ``halving_doubling`` (Rabenseifner; Thakur et al., "Optimization of
+    Collective Communication Operations in MPICH", 2005): recursive-halving reduce-scatter
+    then recursive-doubling all-gather, 2 log2 N steps with partners at distance N/2 .. 1
+    (N a power of two).
 
     Returns:
         recvbuf (allocated when None).
     Raises:
-        ValueError: buffer shape/dtype mismatch, unknown op, avg on integers.
+        ValueError: buffer shape/dtype mismatch, unknown op, avg on integers, unknown algo or
+            halving_doubling on a world that is not a power of two.
         PeerLostError, JobTimeoutError: from the transport.
     """
+    check_algo(algo, comm.world)
     sendbuf, recvbuf, count = _prepare(comm, sendbuf, recvbuf, "all_reduce", op=op)
     recvbuf[:] = sendbuf
     if comm.world > 1 and count:
         bounds = chunk_bounds(count, comm.world)
-        _ring_reduce_scatter(comm, recvbuf, bounds, _UFUNCS[op], "all_reduce")
+        ring = algo == "ring"
+        (_ring_reduce_scatter if ring else _halving_reduce_scatter)(
+            comm, recvbuf, bounds, _UFUNCS[op], "all_reduce")
         if op == "avg":
             own = recvbuf[bounds[comm.rank]:bounds[comm.rank + 1]]
             np.divide(own, comm.world, out=own)
-        _ring_all_gather(comm, recvbuf, bounds, "all_reduce")
+        (_ring_all_gather if ring else _doubling_all_gather)(comm, recvbuf, bounds, "all_reduce")
     elif op == "avg":
         np.divide(recvbuf, comm.world, out=recvbuf)
     return recvbuf
@@ -484,11 +538,13 @@ def all_to_all(comm: Communicator, sendbuf: np.ndarray,
 
 
 def run(collective: str, comm: Communicator, sendbuf: np.ndarray | None,
-        recvbuf: np.ndarray | None = None, op: str = "sum", root: int = 0) -> np.ndarray:
-    """Dispatch by name: the collective's function with the arguments it takes."""
+        recvbuf: np.ndarray | None = None, op: str = "sum", root: int = 0,
+        algo: str = "ring") -> np.ndarray:
+    """Dispatch by name: the collective's function with the arguments it takes (``algo``:
+    all_reduce only)."""
     c = collective_name(collective)
     fn: Callable[..., np.ndarray] = globals()[c]
-    kwargs: dict = {}
+    kwargs: dict = {"algo": algo} if c == "all_reduce" else {}
     if c in REDUCING:
         kwargs["op"] = op
     if c in ROOTED:

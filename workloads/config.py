@@ -41,7 +41,7 @@ DEFAULT_HIDDEN = 256
 IN_FEATURES, OUT_FEATURES, BATCH = 64, 8, 32
 # fields the DDP workload does not use: they must keep their defaults in a ddp job
 NCCL_ONLY = ("dtype", "op", "root", "compute_units", "gpu_s", "conns_per_peer", "src_port_base",
-             "dscp", "cc", "connect_timeout_s", "schedule", "balancer")
+             "dscp", "cc", "connect_timeout_s", "schedule", "balancer", "algo")
 
 
 def ddp_params(hidden: int) -> int:
@@ -98,6 +98,9 @@ class JobConfig(BaseModel):
     dscp: tuple[Annotated[int, Field(ge=0, le=63)], ...] = Field(
         (), description="path hint: DSCP code points 0..63, cycled over connection indices "
         "(default: no marking)")
+    algo: Literal["ring", "halving_doubling"] = Field(
+        "ring", description="all_reduce only: ring, or halving_doubling (recursive halving "
+        "then doubling; the number of ranks must be a power of two)")
     balancer: Literal["none", "ethereal", "reps"] = Field(
         "none", description="host-side load balancer (workloads.lb.balancer; the fabric must "
         "map DSCP to paths, fabric mode entropy): connection c to every peer carries DSCP "
@@ -163,6 +166,9 @@ class JobConfig(BaseModel):
             return self
         if self.hidden is not None:
             raise ValueError(f"hidden: only for collective {DDP}, not {self.collective}")
+        if self.algo != "ring" and self.collective != "all_reduce":
+            raise ValueError(f"algo: {self.algo} is an all_reduce algorithm, not one of "
+                             f"{self.collective}")
         if self.balancer != "none" and (self.dscp or self.conns_per_peer < 2):
             raise ValueError(f"balancer: {self.balancer} sets DSCP 1..conns_per_peer itself and "
                              "needs one connection per path: give conns_per_peer >= 2 (the "
@@ -195,6 +201,10 @@ class JobConfig(BaseModel):
             raise ValueError(f"root: {self.root} is outside 0..{world - 1} ({world} ranks)")
         if self.collective == DDP:
             return ddp_params(self.hidden or DEFAULT_HIDDEN)
+        try:
+            coll.check_algo(self.algo, world)
+        except ValueError as e:
+            raise ValueError(f"algo: {e}") from None
         if self.src_port_base is not None:
             last = self.src_port_base + world * world * self.conns_per_peer - 1
             if last > 65535:

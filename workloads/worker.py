@@ -191,7 +191,8 @@ def run_worker(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None =
                 time.sleep(job.gpu_s)
                 compute(job.compute_units, a, b, out)
                 t1 = clock.now_ns()
-                coll.run(job.collective, mesh, sendbuf, recvbuf, op=job.op, root=job.root)
+                coll.run(job.collective, mesh, sendbuf, recvbuf, op=job.op, root=job.root,
+                         algo=job.algo)
                 t2 = clock.now_ns()
                 if want is not None and problem is None and not np.array_equal(recvbuf, want):
                     problem = _mismatch(recvbuf, want, i)

@@ -24,7 +24,7 @@ MOVE_DTYPES = ("float32", "int8", "float64")
 
 
 def run_ranks(world, fn, conns=1, hints=None, deadline_s=20.0, job_ids=None,
-              connect_timeout=10.0, cc=None):
+              connect_timeout=10.0, cc=None, balancer=None):
     """Run ``fn(mesh)`` on ``world`` connected meshes, one thread each.
 
     Returns ``(results, errors, meshes)`` indexed by rank.
@@ -32,7 +32,8 @@ def run_ranks(world, fn, conns=1, hints=None, deadline_s=20.0, job_ids=None,
     deadline = time.monotonic() + deadline_s
     meshes = [Mesh(r, [("127.0.0.1", 0)] * world, conns_per_peer=conns, hints=hints,
                    job_id=job_ids[r] if job_ids else "t", deadline=deadline,
-                   connect_timeout=connect_timeout, cc=cc) for r in range(world)]
+                   connect_timeout=connect_timeout, cc=cc,
+                   balancer=balancer(r) if balancer else None) for r in range(world)]
     addrs = [m.listen() for m in meshes]
     results: list = [None] * world
     errors: list = [None] * world
@@ -111,14 +112,14 @@ def cases(collective):
     return tuple((d, "sum") for d in MOVE_DTYPES)
 
 
-def run_case(world, collective, count, dtype, op, root, conns=1):
+def run_case(world, collective, count, dtype, op, root, conns=1, algo="ring", balancer=None):
     send_n = count * (world if collective in ("reduce_scatter", "scatter", "all_to_all") else 1)
 
     def fn(mesh):
         return coll.run(collective, mesh, test_input(mesh.rank, send_n, dtype, op), None,
-                        op=op, root=root)
+                        op=op, root=root, algo=algo)
 
-    results, errors, _ = run_ranks(world, fn, conns=conns)
+    results, errors, _ = run_ranks(world, fn, conns=conns, balancer=balancer)
     assert errors == [None] * world
     for r in range(world):
         want = reference(collective, world, r, count, dtype, op, root)
@@ -146,6 +147,20 @@ def test_collective_matches_reference(collective, world, small_pipeline):
             run_case(world, collective, count, dtype, op, root)
     if collective in coll.ROOTED:
         run_case(world, collective, 1001, "float32", "sum", 0)
+
+
+@pytest.mark.parametrize("world", [2, 4, 8])
+def test_halving_doubling_all_reduce_matches_reference(world):
+    for count in SIZES:
+        for dtype, op in REDUCE_CASES:
+            run_case(world, "all_reduce", count, dtype, op, 0, algo="halving_doubling")
+
+
+def test_halving_doubling_needs_a_power_of_two():
+    with pytest.raises(ValueError, match="power-of-two"):
+        coll.check_algo("halving_doubling", 6)
+    with pytest.raises(ValueError, match="unknown all_reduce algorithm"):
+        coll.check_algo("tree", 4)
 
 
 def test_single_rank_is_a_local_copy():
