@@ -1,5 +1,6 @@
 """Checks between a scenario's sections: times within its duration, names that exist in its
-topology, job ranks within its VMs, job sets and two_step that name real jobs.
+topology, job ranks within its VMs, job sets and two_step that name real jobs, an ``lb``
+section on a leaf-spine it can run on.
 
 ``cross_check(sc, topo)`` runs on a scenario that may be partly invalid: a top-level section
 that failed validation is None, and so is an item of ``faults``, ``load`` or ``jobs`` that
@@ -35,6 +36,7 @@ def cross_check(sc: Scenario, topo: Topo | None) -> list[Explained]:
     out += _needs_agents(sc)
     out += _cassini(sc)
     out += _two_step(sc)
+    out += _lb(sc, topo)
     return out
 
 
@@ -240,3 +242,30 @@ def _two_step(sc: Scenario) -> list[Explained]:
         return []
     return [Explained(("two_step", "job"), f"no job `{sc.two_step.job}` in jobs",
                       existing("jobs", names))]
+
+
+def _lb(sc: Scenario, topo: Topo | None) -> list[Explained]:
+    """The ``lb`` section needs a leaf-spine with rates, a leaf-spine link to fail, and a
+    power-of-two number of VMs for halving_doubling."""
+    if sc.lb is None or sc.topology is None:
+        return []
+    t = sc.topology
+    if t.kind != "leafspine" or t.pods or t.spines < 2:
+        return [Explained(("lb",), "the comparison needs a two-tier leaf-spine with at least "
+                                   "2 spines", "topology: {kind: leafspine, spines: 4, pods: 0}")]
+    if t.host_bw is None or t.fabric_bw is None:
+        return [Explained(("lb",), "the comparison sets leaf-spine rates: the links need one",
+                          "give the topology host_bw and fabric_bw")]
+    out = []
+    if topo is not None:
+        out += _link(topo, ("lb", "link"), sc.lb.link, needs_bw=True)
+        roles = {topo.nodeInfo(n).get("role") for n in sc.lb.link if n in topo.nodes()}
+        if not out and roles != {"leaf", "spine"}:
+            out.append(Explained(("lb", "link"), f"{'-'.join(sc.lb.link)} is not a leaf-spine "
+                                                 "link", "e.g. [leaf1, spine1]"))
+        n = len(topo.hosts())
+        if "halving_doubling" in sc.lb.collectives and n & (n - 1):
+            out.append(Explained(("lb", "collectives"), f"halving_doubling needs a power-of-two "
+                                                        f"number of VMs, the topology has {n}",
+                                 "another vms_per_leaf or leaves, or leave it out"))
+    return out

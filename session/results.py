@@ -6,8 +6,8 @@
 
 Sections always present: ``scenario``, ``lab``, ``truth``, ``teardown``. ``load``, ``agents``,
 ``sync``, ``owd_us``, ``collocation``, ``jobs``, ``placement_comparison``, ``cassini``,
-``two_step`` and ``pacer`` appear when a scenario runs load, agents, jobs, CASSINI's job sets
-and the two-step story: an absent section
+``two_step``, ``pacer`` and ``lb`` appear when a scenario runs load, agents, jobs, CASSINI's
+job sets, the two-step story and the load-balancer comparison: an absent section
 means "not measured", never a placeholder, so ``dump`` and ``write`` leave it out. A None
 *inside* a present section is written as null (a value that could not be measured this
 time, e.g. a job's ``completion_s`` when a rank failed).
@@ -33,7 +33,7 @@ from lab.links import LINK_KEYS
 SCHEMA = "nslab.results/1"
 
 OPTIONAL_SECTIONS = ("load", "agents", "sync", "owd_us", "collocation", "jobs",
-                     "placement_comparison", "cassini", "two_step", "pacer")
+                     "placement_comparison", "cassini", "two_step", "pacer", "lb")
 """Top-level sections present only when measured (absent otherwise, never null)."""
 
 
@@ -558,6 +558,58 @@ class PacerSection(_Model):
                                                         "(agents/API.md)")
 
 
+class LbRun(_Model):
+    """One run of the load-balancer comparison (``session.lb``)."""
+
+    mode: Literal["ecmp", "spray", "reps", "ethereal"] = Field(
+        description="ecmp, spray: the fabric alone; reps, ethereal: the hosts' balancer on the "
+        "entropy fabric")
+    collective: Literal["all_to_all", "halving_doubling", "ring"] = Field(
+        description="all_to_all, or an AllReduce algorithm")
+    case: Literal["symmetric", "link_down", "degraded"]
+    oversubscription: float = Field(description="a leaf's VM rate / its uplink rate (1: 1:1)")
+    completion_s: float | None = Field(description="the job's completion, s (VM clocks); "
+                                                   "null when it did not finish")
+    imbalance: float | None = Field(description="max / mean of the bytes on the leaf-spine "
+                                                "links (both directions, the lab's counters; "
+                                                "link_down: the failed link's spine left out); "
+                                                "1.0 is perfect")
+    retransmits: int | None = Field(description="TCP segments the ranks retransmitted "
+                                                "(TCP_INFO, warm-up included)")
+    rtos: int | None = Field(description="the ranks' TCP retransmission timeouts (TCP_INFO; "
+                                         "null before Linux 6.7)")
+    reordering: int | None = Field(description="out-of-order packets the ranks received "
+                                               "(TCP_INFO rcv_ooopack)")
+    finished: bool = Field(description="every rank verified every iteration in time")
+    fault_at_s: float | None = Field(description="link_down: when the link went down, s after "
+                                                 "the job's launch")
+    link_bytes: dict[str, int] = Field(description="bytes per leaf-spine link (leaf-spine) "
+                                                   "during the run")
+    balancer_events: dict[str, int] = Field(description="the ranks' balancer counters summed: "
+                                            "ethereal failed_marks, moves; reps clean_acks, "
+                                            "marked_acks, freezes (empty for ecmp, spray)")
+    error: str | None = Field(description="null, or why the run failed")
+
+
+class LbRatio(_Model):
+    """Every mode's completion as a fraction of ECMP's in the same conditions."""
+
+    oversubscription: float = Field(description="a leaf's VM rate / its uplink rate")
+    collective: str
+    case: str
+    ecmp_s: float | None = Field(description="ECMP's completion, s")
+    to_ecmp: dict[str, float | None] = Field(description="mode -> completion / ECMP's")
+
+
+class LbSection(_Model):
+    """ECMP, packet spraying, REPS and Ethereal compared (``session.lb``)."""
+
+    runs: list[LbRun]
+    ratios: list[LbRatio]
+    paper: dict[str, float] = Field(description="Ethereal's completion as a fraction of "
+                                                "spraying's and REPS's at best, in the paper")
+
+
 class Teardown(_Model):
     clean: bool = Field(description="nothing of the lab was left")
     leftovers: list[str] = Field(description="kernel objects or processes left")
@@ -588,6 +640,7 @@ class Results(_Model):
     cassini: CassiniSection | None = None
     two_step: TwoStepSection | None = None
     pacer: PacerSection | None = None
+    lb: LbSection | None = None
 
 
 def results_schema() -> dict:
@@ -737,6 +790,7 @@ def report(results: Results | Mapping) -> str:
                      f"{cmp_.aware_avoided_shared_hosts}")
     lines += _cassini_report(doc)
     lines += _two_step_report(doc)
+    lines += _lb_report(doc)
     td = doc.teardown
     state = "clean" if td.clean else "LEFTOVERS " + ", ".join(td.leftovers)
     lines.append(f"  teardown: {state}")
@@ -815,6 +869,31 @@ def _two_step_report(doc: Results) -> list[str]:
     got = ", ".join(f"{k} {v if v is not None else '-'} (seed {ts.seed_ratios.get(k)})"
                     for k, v in ts.ratios.items())
     lines.append(f"    completion as a fraction of naive: {got}")
+    return lines
+
+
+def _lb_report(doc: Results) -> list[str]:
+    if doc.lb is None:
+        return []
+    lines = ["  load balancers (completion s / ECMP's, imbalance max/mean, retransmits, "
+             "reordering):"]
+    by_key = {(r.oversubscription, r.collective, r.case, r.mode): r for r in doc.lb.runs}
+    for ratio in doc.lb.ratios:
+        cells = []
+        for mode, x in ratio.to_ecmp.items():
+            r = by_key[(ratio.oversubscription, ratio.collective, ratio.case, mode)]
+            if not r.finished:
+                cells.append(f"{mode} FAILED")
+                continue
+            imb = f"{r.imbalance:.2f}" if r.imbalance is not None else "-"
+            cells.append(f"{mode} {r.completion_s:.3f} ({x if x is not None else '-'}) {imb} "
+                         f"{r.retransmits} {r.reordering}")
+        lines.append(f"    1:{ratio.oversubscription:g} {ratio.collective:16s} {ratio.case:9s} "
+                     + "  ".join(cells))
+    errors = [f"{r.mode} {r.collective} {r.case}: {r.error}" for r in doc.lb.runs if r.error]
+    lines += [f"    error {e}" for e in errors]
+    lines.append(f"    paper (Astra-Sim): Ethereal at best {doc.lb.paper['ethereal_vs_spray']} "
+                 f"of spraying, {doc.lb.paper['ethereal_vs_reps']} of REPS")
     return lines
 
 

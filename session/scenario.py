@@ -218,6 +218,38 @@ class TwoStepSpec(_Strict):
                                  "one-after-another turn); its placement is each step's")
 
 
+class LbSpec(_Strict):
+    """The scenario's ``lb`` section (``session.lb``): the load balancers compared on one job
+    per collective, symmetric, with a leaf-spine link down mid-job and with it degraded, at
+    each oversubscription. The job runs on every VM (rank order = VM order)."""
+
+    modes: list[Literal["ecmp", "spray", "reps", "ethereal"]] = Field(
+        default_factory=lambda: ["ecmp", "spray", "reps", "ethereal"], min_length=1,
+        description="ecmp: per-flow hash; spray: per-packet spraying at the routers; reps, "
+        "ethereal: the hosts' balancer over DSCP-pinned paths (fabric mode entropy)")
+    collectives: list[Literal["all_to_all", "halving_doubling", "ring"]] = Field(
+        default_factory=lambda: ["all_to_all", "halving_doubling", "ring"], min_length=1,
+        description="all_to_all; halving_doubling or ring: AllReduce algorithms")
+    cases: list[Literal["symmetric", "link_down", "degraded"]] = Field(
+        default_factory=lambda: ["symmetric", "link_down", "degraded"], min_length=1,
+        description="symmetric; link_down: `link` down mid-job (up again after); degraded: "
+        "`link` at degraded_fraction of its rate during the job")
+    oversubscription: list[Annotated[float, Field(ge=1)]] = Field(
+        default_factory=lambda: [1.0], min_length=1, description="leaf-spine rates so that a "
+        "leaf's uplinks carry 1/x of its VMs' rate (1: 1:1), one pass each")
+    bytes: int = Field(4_000_000, ge=1, description="nccl-tests size of every job, bytes")
+    iterations: int = Field(2, ge=1, le=100, description="timed iterations (plus one warm-up)")
+    conns_per_peer: int = Field(4, ge=2, le=16, description="TCP connections per peer in every "
+                                "mode (one per path for reps and ethereal: the spines)")
+    link: tuple[str, str] = Field(("leaf1", "spine1"), description="the leaf-spine link of "
+                                  "the link_down and degraded cases")
+    degraded_fraction: float = Field(0.25, gt=0, lt=1, description="degraded: the link's rate "
+                                     "as a fraction of the others'")
+    down_at: float = Field(0.5, ge=0, le=1, description="link_down: when, as a fraction of the "
+                           "timed iterations (after the warm-up) of the mode's symmetric run")
+    timeout_s: float = Field(60.0, gt=0, le=3600, description="each job's timeout, s")
+
+
 class Scenario(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_]{0,15}$", examples=["mylab"],
                       description="the scenario's name, also its lab's: lower-case "
@@ -243,6 +275,9 @@ class Scenario(_Strict):
                              "(pacer: sense|pace) and two_step start")
     two_step: TwoStepSpec | None = Field(None, description="naive -> aware -> aware + pacer, "
                                          "and the BBR and CUBIC baselines (session.two_step)")
+    lb: LbSpec | None = Field(None, description="ECMP, spraying, REPS and Ethereal in turn on "
+                              "one job per collective, symmetric and under link faults "
+                              "(session.lb); runs after the jobs")
 
     def cassini_jobs(self) -> set[str]:
         """Names of the jobs that run in the cassini sets."""

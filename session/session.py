@@ -31,11 +31,12 @@ from lab.capabilities import probe
 from lab.capture import Capture
 from lab.errors import LabError
 from lab.events import Event, Fault, Source
+from lab.fabric import require_fabric
 from lab.fidelity import FidelitySampler
 from lab.lab import Lab
 from lab.observe import LinkState, VmState, link_states, vm_states
 from lab.queues import QueueReader
-from session import cassini, jobs, results, scoring, two_step
+from session import cassini, jobs, lb, results, scoring, two_step
 from session.chrony import ChronyMesh
 from session.daemons import AgentMesh
 from session.edge import job_edge
@@ -126,6 +127,8 @@ class Session:
         self.cassini_sets: list[dict] = []
         self.two_step: dict | None = None
         self.two_step_steps: list[dict] = []
+        self.lb: dict | None = None
+        self.lb_runs: list[dict] = []
         self.pacer_reports: dict = {}
         self.load_entries: list[dict] = []
         self.capabilities: dict = {}
@@ -183,6 +186,8 @@ class Session:
 
     def _start(self) -> None:
         self.capabilities = probe()
+        for mode in sorted(lb.fabric_modes(self.sc.lb) if self.sc.lb else ()):
+            require_fabric(mode, self.capabilities)  # before anything is built
         self.sampler.start()
         self.lab.start()
         self.sampler.watch(QueueReader(self.lab))
@@ -225,13 +230,15 @@ class Session:
             return
         if self.sc.load:
             self.load_entries = self.load.join(timeout_s=LOAD_JOIN_S)
-        if self.run_jobs and self.sc.jobs:
+        if self.run_jobs and (self.sc.jobs or self.sc.lb):
             self.state = "jobs"
             self._jobs()
             if self.sc.cassini is not None:
                 self._cassini()
             if self.sc.two_step is not None:
                 self._two_step()
+            if self.sc.lb is not None and not self._halt.is_set():
+                self._lb()
         if not self._halt.is_set():
             self.state = "done"
         self._done.set()
@@ -410,6 +417,12 @@ class Session:
             lambda policy: self.choose(spec.model_copy(update={"placement": policy})),
             lambda: self.call(two_step.drops, self.lab), self.progress, self.two_step_steps)
 
+    def _lb(self) -> None:
+        """The ``lb`` section: every balancer in turn on every VM (``session.lb``)."""
+        vms = jobs.naive(list(self.lab.phys), len(self.lab.phys))
+        self.lb = lb.Runner(self.lab, self.sc.lb, self.sc.topology, vms, self.call,
+                            self.progress).run(self.lb_runs)
+
     # -- what it shows now -----------------------------------------------------------------
     def links(self) -> list[LinkState]:
         """Every link's state and counters now (read on the lab thread)."""
@@ -455,6 +468,8 @@ class Session:
             sections["cassini"] = {"sets": self.cassini_sets,
                                    "score_ranks_gains": cassini.predicted_ranking(
                                        self.cassini_sets)}
+        if self.lb is not None:
+            sections["lb"] = self.lb
         if self.two_step is not None:
             sections["two_step"] = self.two_step
             sections["pacer"] = {**self.sc.pacer.model_dump(),

@@ -174,6 +174,10 @@ class Job:
         """rank -> PID of the process the runner started (also its process group id)."""
         return {r: p.pid for r, p in self._procs.items()}
 
+    def running(self) -> bool:
+        """Some rank's process is still running (False before ``start``)."""
+        return any(p.poll() is None for p in self._procs.values())
+
     def start(self) -> Job:
         """Start every rank through ``spawn`` (environment: ours plus ``THREAD_LIMITS``). A rank
         whose process cannot start at all is reported as failed by ``wait`` (the others then

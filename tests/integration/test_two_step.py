@@ -2,10 +2,7 @@
 the pacers holding, and with BBR and CUBIC set on its sockets; every step verified, with the
 lab's drop counters and the pacers' sensing in the results."""
 import pytest
-
-from session.results import validate
-from session.scenario import load
-from session.session import Session
+from scenario_run import run_text
 
 SCENARIO = """
 name: ts_short
@@ -24,10 +21,7 @@ two_step: {job: a2a}
 
 @pytest.fixture(scope="module")
 def doc(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ts") / "ts.yaml"
-    path.write_text(SCENARIO)
-    sc, topo = load(str(path))
-    return validate(Session(sc, topo, str(path)).run())
+    return run_text(tmp_path_factory.mktemp("ts"), SCENARIO)
 
 
 def test_every_step_runs_verified_with_drops_and_sensing(doc):

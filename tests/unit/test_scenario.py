@@ -228,3 +228,17 @@ def test_two_step_names_one_of_the_jobs_and_needs_the_agents(tmp_path):
                                             "{name: b, ranks: 2, cc: vegas}]\n"))
     assert "synchronized clocks" in errs["jobs[0].pacer"]
     assert "cubic" in errs["jobs[1].cc"] and "bbr" in errs["jobs[1].cc"], errs
+
+
+def test_lb_section_names_modes_and_needs_a_leaf_spine_it_can_run_on(tmp_path):
+    sc, _ = load("lb_compare")
+    assert sc.lb.modes == ["ecmp", "spray", "reps", "ethereal"]
+    errs = errors_of(write(tmp_path, GOOD + "lb: {modes: [ecmp, flowlet]}\n"))
+    assert errs["lb.modes[1]"] == "`flowlet` is not one of ecmp, spray, reps, ethereal"
+    errs = errors_of(write(tmp_path, GOOD + "lb: {link: [vm1, leaf1]}\n"))
+    assert errs["lb"] == "the comparison sets leaf-spine rates: the links need one"
+    rated = GOOD.replace("host_bw: 100", "host_bw: 100, fabric_bw: 100, vms_per_leaf: 3")
+    errs = errors_of(write(tmp_path, rated.replace("vms_per_leaf: 2, ", "")
+                           + "lb: {link: [vm1, leaf1]}\n"))
+    assert errs["lb.link"] == "vm1-leaf1 is not a leaf-spine link"
+    assert errs["lb.collectives"].startswith("halving_doubling needs a power-of-two number")
