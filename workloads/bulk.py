@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import socket
-import struct
 import time
 
+from workloads.lb import tcpinfo
+
 CHUNK = 64 * 1024
-_TCPI_TOTAL_RETRANS = 100
-"""Offset of ``tcpi_total_retrans`` (u32) in ``struct tcp_info`` (linux/tcp.h, since 2.6)."""
 
 
 def receive(port: int, timeout_s: float = 60.0) -> dict:
@@ -71,8 +70,7 @@ def send(host: str, port: int, nbytes: int, dscp: int = 0, timeout_s: float = 60
         s.shutdown(socket.SHUT_WR)
         if s.recv(1):
             raise ConnectionError("the receiver sent data instead of closing")
-        info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
-        retrans = struct.unpack_from("I", info, _TCPI_TOTAL_RETRANS)[0]
+        retrans = tcpinfo.read(s).total_retrans
     return {"bytes": nbytes, "seconds": time.perf_counter() - t0, "retransmits": retrans}
 
 
