@@ -248,6 +248,27 @@ class LiveBackend:
             out.append(JobView(spec.name, 1.0, e.get("iteration_times_s") or [],
                                e.get("completion_s"), e.get("verified"),
                                e.get("error"), detail=placement_line(e)))
+        return out + self._lb_views()
+
+    def _lb_views(self) -> list[JobView]:
+        """One line per ``lb`` run done (the balancer, its completion, imbalance and the
+        leaf-spine links' MB) and the one running (``session.lb``)."""
+        s = self.session
+        if s.sc.lb is None:
+            return []
+        out = []
+        for e in list(s.lb_runs):
+            mb = " ".join(f"{k} {v / 1e6:.1f}" for k, v in sorted(
+                e["link_bytes"].items(), key=lambda kv: natural_key(kv[0])))
+            out.append(JobView(
+                f"lb {e['mode']} {e['collective']} {e['case']} 1:{e['oversubscription']:g}",
+                1.0, [], e["completion_s"], e["finished"], e["error"],
+                detail=f"imbalance {e['imbalance']}, retransmits {e['retransmits']}; "
+                       f"MB {mb}"))
+        started = [e.target for e in s.timeline if e.kind == "job_start"
+                   and e.target.startswith("lb_")]
+        if s.state == "jobs" and started and len(started) > len(out):
+            out.append(JobView(started[-1], 0.5))
         return out
 
     def _two_step_views(self, job: str, started: set[str]) -> list[JobView]:

@@ -548,6 +548,32 @@ def test_two_step_steps_show_as_they_finish():
     assert "pacer sense, cc -: drops 8275, retransmits 4927, RTOs 7" in text
 
 
+def test_lb_runs_show_their_balancer_imbalance_and_link_bytes():
+    """The Jobs panel lists lb_compare's runs as they finish (balancer, collective, case,
+    imbalance, the leaf-spine links' MB in natural order) and the one running."""
+    import types
+
+    from session.scenario import load
+    from tui.live import LiveBackend
+    sc, _ = load("lb_compare")
+    done = {"mode": "spray", "collective": "all_to_all", "case": "symmetric",
+            "oversubscription": 1.0, "completion_s": 1.4, "finished": True, "error": None,
+            "imbalance": 1.03, "retransmits": 120,
+            "link_bytes": {"leaf1-spine10": 2_000_000, "leaf1-spine2": 4_100_000}}
+    backend = LiveBackend.__new__(LiveBackend)
+    backend.session = types.SimpleNamespace(
+        sc=sc, lb_runs=[done], job_entries={}, two_step_steps=[], state="jobs",
+        timeline=[types.SimpleNamespace(kind="job_start", target="lb_spray_all_to_all_symmetric"),
+                  types.SimpleNamespace(kind="job_start", target="lb_reps_all_to_all_symmetric")])
+    views = backend._lb_views()
+    assert [(v.name, v.progress) for v in views] == [
+        ("lb spray all_to_all symmetric 1:1", 1.0), ("lb_reps_all_to_all_symmetric", 0.5)]
+    assert views[0].detail == ("imbalance 1.03, retransmits 120; "
+                               "MB leaf1-spine2 4.1 leaf1-spine10 2.0")
+    backend.session.state = "done"
+    assert len(backend._lb_views()) == 1
+
+
 # -- focus and keys (issue 15: after tab or a click, 1-4 must still switch panels) -----------
 def focused_pane(app) -> str | None:
     """The id of the tab pane holding the focused widget (None: outside the panes)."""
