@@ -227,6 +227,20 @@ def _get(port, path):
         return json.loads(r.read())
 
 
+def _settled(port: int, timeout_s: float = 10.0) -> CoordinatorState:
+    """The coordinator's state once 2 windows or more have closed and none closed in the
+    last 0.3 s (every replayed report is in: a later window revises the last ones' drift),
+    or the last state read after ``timeout_s``."""
+    deadline, prev = time.monotonic() + timeout_s, None
+    while True:
+        st = CoordinatorState.model_validate(_get(port, "/api/v1/state"))
+        if st.windows >= 2 and prev is not None and (st.windows, st.history[-1:]) == \
+                (prev.windows, prev.history[-1:]) or time.monotonic() > deadline:
+            return st
+        prev = st
+        time.sleep(0.3)
+
+
 def test_tcp_reports_and_http_api():
     specs = clocks()
     coord = Coordinator(window_s=2.0)
@@ -250,12 +264,7 @@ def test_tcp_reports_and_http_api():
                 c.sendall(line)
                 if i == 3:
                     c.sendall(b"\x00garbage{\n")
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                st = CoordinatorState.model_validate(_get(svc.http_port, "/api/v1/state"))
-                if st.windows >= 2:
-                    break
-                time.sleep(0.1)
+            st = _settled(svc.http_port)
         assert st.windows >= 2 and st.counters["bad_messages"] == 1
         assert set(st.vms) == set(specs)
         last = _get(svc.http_port, "/api/v1/state?history=1")["history"]
