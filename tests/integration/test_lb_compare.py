@@ -15,7 +15,7 @@ topology: {spines: 4, leaves: 2, vms_per_leaf: 2, host_bw: 100, fabric_bw: 100,
 lb:
   collectives: [all_to_all]
   cases: [symmetric, link_down]
-  bytes: 4000000
+  bytes: 2000000
   iterations: 1
   timeout_s: 30
 """
