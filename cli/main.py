@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli import clean, doctor, exec_, report, run, schema, tui, up
+from cli import clean, doctor, exec_, exercise, report, run, schema, tui, up
 from lab.errors import LabError, NotRootError
 
-COMMANDS = (run, up, exec_, doctor, clean, schema, report, tui)
+COMMANDS = (run, up, exec_, doctor, clean, schema, report, tui, exercise)
 
 
 def parser() -> argparse.ArgumentParser:

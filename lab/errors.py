@@ -42,13 +42,14 @@ class ScenarioProblem:
 
 
 class ScenarioError(LabError):
-    """A scenario file is invalid; ``errors`` lists every ``ScenarioProblem`` found, in file
-    order; ``str()`` is a header line and one line per problem."""
+    """A scenario file (or another YAML file of nslab: an exercise, an answer) is invalid;
+    ``errors`` lists every ``ScenarioProblem`` found, in file order; ``str()`` is a header line
+    ("FILE: N errors, ``outcome``:") and one line per problem."""
 
-    def __init__(self, source: str, errors: list[ScenarioProblem]):
+    def __init__(self, source: str, errors: list[ScenarioProblem],
+                 outcome: str = "nothing was built"):
         self.source = source
         self.errors = errors
         n = len(errors)
         lines = "\n".join(f"  {e}" for e in errors)
-        super().__init__(f"{source}: {n} error{'s' if n != 1 else ''}, nothing was built:\n"
-                         f"{lines}")
+        super().__init__(f"{source}: {n} error{'s' if n != 1 else ''}, {outcome}:\n{lines}")

@@ -441,6 +441,9 @@ class JobEntry(_Model):
     placement: Placement | None = Field(None, description="null when it never started")
     edge: JobEdge | None = Field(None, description="its pacer and congestion control, and "
                                  "what the pacers sensed (null when it never started)")
+    fabric_drops: int | None = Field(None, description="the lab's queue drops on every link "
+                                     "(both ends) while the job ran, packets: the truth, "
+                                     "whoever's packets (null when it never started)")
 
 
 class PlacementComparison(_Model):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Annotated, Literal, get_args, get_origin
+from typing import Annotated, Literal, TypeVar, get_args, get_origin
 
 from mininet.topo import Topo
 from pydantic import (
@@ -42,6 +42,7 @@ from topo.placement import STRATEGIES
 from workloads.config import JobConfig
 
 BUILTIN_DIR = Path(__file__).parent / "scenarios"
+M = TypeVar("M", bound=BaseModel)
 DEFAULT = "quickstart"
 
 
@@ -326,20 +327,7 @@ def load(name_or_path: str | None) -> tuple[Scenario, Topo]:
     """
     path = resolve(name_or_path)
     source = str(path)
-    try:
-        doc = yamlmarks.parse(path.read_text())
-    except yamlmarks.YamlSyntaxError as e:
-        raise ScenarioError(source, [ScenarioProblem("", e.message, e.hint, source, e.line,
-                                                     e.column)]) from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise ScenarioError(source, [ScenarioProblem("", f"cannot read it: {e}",
-                                                     file=source)]) from e
-    found = [Explained(p, f"given twice (also at line {first}); YAML keeps only the last")
-             for p, first, _ in doc.duplicates]
-    if not isinstance(doc.data, dict):
-        found.append(Explained((), "expected a mapping of sections at the top level, e.g. "
-                                   "`name: mylab`"))
-        raise ScenarioError(source, _problems(found, doc, source))
+    doc, found = read_mapping(path, "`name: mylab`")
     try:
         sc = partial = Scenario.model_validate(doc.data)
     except ValidationError as e:
@@ -353,11 +341,57 @@ def load(name_or_path: str | None) -> tuple[Scenario, Topo]:
         found += problem
     found += cross_check(partial, topo)
     if found:
-        raise ScenarioError(source, _problems(found, doc, source))
+        raise ScenarioError(source, problems(found, doc, source))
     return sc, topo
 
 
-def _problems(found: list[Explained], doc: yamlmarks.MarkedDoc,
+def read_mapping(path: Path, example: str, outcome: str = "nothing was built"
+                 ) -> tuple[yamlmarks.MarkedDoc, list[Explained]]:
+    """Parse the YAML file ``path`` whose top level must be a mapping (``example`` shows one):
+    the marked document and the keys given twice (problems, not raised).
+
+    Raises:
+        ScenarioError: unreadable, a YAML syntax error (its line and column), or not a
+            mapping; ``outcome`` ends its header line.
+    """
+    source = str(path)
+    try:
+        doc = yamlmarks.parse(path.read_text())
+    except yamlmarks.YamlSyntaxError as e:
+        raise ScenarioError(source, [ScenarioProblem("", e.message, e.hint, source, e.line,
+                                                     e.column)], outcome) from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise ScenarioError(source, [ScenarioProblem("", f"cannot read it: {e}",
+                                                     file=source)], outcome) from e
+    found = [Explained(p, f"given twice (also at line {first}); YAML keeps only the last")
+             for p, first, _ in doc.duplicates]
+    if not isinstance(doc.data, dict):
+        found.append(Explained((), f"expected a mapping of sections at the top level, e.g. "
+                                   f"{example}"))
+        raise ScenarioError(source, problems(found, doc, source), outcome)
+    return doc, found
+
+
+def load_model(model: type[M], path: Path, example: str,
+               outcome: str = "nothing was built") -> M:
+    """A YAML file validated as ``model`` (a pydantic model; no cross-checks), its problems
+    worded as a scenario's (``session.explain``).
+
+    Raises:
+        ScenarioError: every problem at once, with file, line and column; ``outcome`` ends
+            its header line (e.g. "not checked").
+    """
+    doc, found = read_mapping(path, example, outcome)
+    try:
+        out = model.model_validate(doc.data)
+    except ValidationError as e:
+        found += explain(model, e.errors())
+    if found:
+        raise ScenarioError(str(path), problems(found, doc, str(path)), outcome)
+    return out
+
+
+def problems(found: list[Explained], doc: yamlmarks.MarkedDoc,
               source: str) -> list[ScenarioProblem]:
     out = [ScenarioProblem(_dotted(e.path), e.message, e.hint, source, *doc.where(e.path))
            for e in found]

@@ -369,7 +369,7 @@ class Session:
     def _jobs(self) -> None:
         """The scenario's jobs one after another (but those of ``cassini`` sets and
         ``two_step``), each with its pacers (``session.edge``); one ``jobs`` entry each
-        (errors included)."""
+        (errors included), with the lab's queue drops during the job (``fabric_drops``)."""
         own_turn = self.sc.own_turn_jobs()
         for spec in self.sc.jobs:
             if self._halt.is_set():
@@ -380,8 +380,10 @@ class Session:
             try:
                 vms = self.choose(spec)
                 self.progress(f"job {spec.name}: {spec.collective} on {' '.join(vms)}")
+                before = self.call(two_step.drops, self.lab)
                 with job_edge(self.lab, self.mesh, vms, spec.pacer, self.sc.pacer) as sensed:
                     entry = jobs.run(self.lab, spec.name, spec.config(), vms)
+                entry["fabric_drops"] = self.call(two_step.drops, self.lab) - before
             except LabError as e:
                 self.job_entries[spec.name] = {"name": spec.name, "collective": spec.collective,
                                                "error": str(e), "verified": False,

@@ -22,6 +22,8 @@ call the backend's ``seek``/``set_speed``/``toggle_loop`` where it has them
 """
 from __future__ import annotations
 
+import random
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +38,7 @@ from textual.message import Message
 from textual.widgets import Footer, Header, TabbedContent, TabPane, Tabs
 
 from agents.owd import natural_key
+from lab.errors import LabError
 from lab.events import (
     ClockStep,
     CpuHog,
@@ -53,7 +56,7 @@ from tui.backend import Backend, EventView, Snapshot, kind_of
 from tui.commands import NslabCommands
 from tui.detail import DetailScreen, LinkDetail, VMDetail
 from tui.history import History
-from tui.screens import HelpScreen, ScenarioPicker
+from tui.screens import ExerciseScreen, HelpScreen, ScenarioPicker
 from tui.widgets import (
     CirclesView,
     CollocationView,
@@ -70,6 +73,22 @@ TUI_SCENARIOS = Path(__file__).parent / "scenarios"
 PANELS = ("fabric", "vms", "owd", "jobs")  # the tab panes, in the order of their keys 1-4
 WIDE = 120  # columns from which the log sits beside the fabric
 TALL = {False: 38, True: 30}  # rows (narrow, wide) from which the panels show their plots
+
+
+@dataclass
+class RunningExercise:
+    """An exercise started in the TUI: the exercise, the truth its seed drew, its scenario
+    (dict), the directory of its files and the answer last typed."""
+
+    ex: Any
+    truth: dict
+    scenario: dict
+    directory: Path
+    answer: str
+
+    @property
+    def title(self) -> str:
+        return f"exercise {self.ex.name}: {self.ex.title}"
 
 
 @dataclass
@@ -153,6 +172,7 @@ class NslabApp(App):
         self.quitting = False
         self.done: list[str] = []  # labels of finished controls (tests, status)
         self.history = History()
+        self.exercise: RunningExercise | None = None
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -266,13 +286,15 @@ class NslabApp(App):
             self.post_message(self._fetch())
 
     @work(thread=True, exclusive=True, group="lifecycle")
-    def teardown(self, then_exit: bool, restart: str | None = None) -> None:
+    def teardown(self, then_exit: bool, restart: str | None = None,
+                 hide: frozenset[str] = frozenset()) -> None:
         try:
             self.backend.stop()
         finally:
             self.post_message(LabStopped(then_exit))
         if restart is not None and self.backend_factory is not None:
             self.backend = self.backend_factory(restart)
+            self.backend.hide = hide  # an exercise's truth stays out of the snapshots
             self.call_from_thread(self._restarted)
 
     def _restarted(self) -> None:
@@ -557,12 +579,65 @@ class NslabApp(App):
                 self.restart(value)
         self.push_screen(ScenarioPicker(self.scenario_choices()), chosen)
 
-    def restart(self, scenario: str) -> None:
-        """Tear the current lab down and start ``scenario`` with a new backend."""
+    def restart(self, scenario: str, exercise: RunningExercise | None = None) -> None:
+        """Tear the current lab down and start ``scenario`` with a new backend (for
+        ``exercise``: its lab, its truth hidden)."""
         if self.backend_factory is None:
             return self._refuse("this backend cannot switch scenarios (a recording?)")
-        self.w_log.note(f"switching to {scenario} ...")
-        self.teardown(False, restart=scenario)
+        self.exercise = exercise
+        self.w_log.note(f"switching to {exercise.title if exercise else scenario} ...")
+        self.teardown(False, restart=scenario,
+                      hide=frozenset(exercise.ex.hide) if exercise else frozenset())
+
+    # -- exercises -------------------------------------------------------------------------
+    def exercise_choices(self) -> list[tuple[str, str]]:
+        """(name, title) of every built-in exercise."""
+        from session.exercise import load_exercise, names
+        return [(n, load_exercise(n).title) for n in names()]
+
+    def start_exercise(self, name: str) -> None:
+        """Draw exercise ``name``'s hidden truth from a random seed, start its lab in place
+        of the current one (the truth hidden from the panels) and show its task."""
+        from session.exercise import load_exercise, prepare
+        if self.backend_factory is None:
+            return self._refuse("exercises need a live lab (nslab tui as root)")
+        ex = load_exercise(name)
+        directory = Path(tempfile.mkdtemp(prefix="nslab-exercise-"))
+        prep = prepare(ex, random.randrange(1_000_000), directory)
+        self.restart(str(prep.path), RunningExercise(ex, prep.truth, prep.data, directory,
+                                                     ex.answer))
+        self.action_exercise()
+
+    def action_exercise(self) -> None:
+        """The running exercise's task and answer box."""
+        ex = self.exercise
+        if ex is None:
+            return self._refuse("no exercise running: ctrl+p, then 'Exercise'")
+        self.push_screen(ExerciseScreen(ex.title, ex.ex.task, ex.answer, self.check_exercise))
+
+    def check_exercise(self, text: str) -> str:
+        """Check the answer ``text`` against the running exercise's truth; the verdict's
+        text, or why it was not checked."""
+        from session.exercise import read_answer
+        run = self.exercise
+        run.answer = text
+        path = run.directory / "answer.yaml"
+        path.write_text(text)
+        record = {"truth": run.truth, "scenario": run.scenario}
+        try:
+            answer = read_answer(run.ex, path)
+            if hasattr(self.backend, "truth"):  # the lab's, shaped as the results' section
+                record["results"] = {"truth": self.backend.truth()}
+        except LabError as e:
+            return str(e)
+        params = run.ex.parsed_params
+        if run.ex.kind.check_scenario(answer, record, params) is not None:
+            return (f"{run.ex.name} is checked by a lab of its own: nslab exercise start "
+                    f"{run.ex.name}, then nslab exercise check {run.ex.name} ANSWER_FILE")
+        verdict = run.ex.kind.check(answer, record, params)
+        self.w_log.note(f"exercise {run.ex.name}: {'passed' if verdict.passed else 'not yet'}",
+                        self.snap.time_s if self.snap else 0.0)
+        return verdict.text()
 
     # -- replay ----------------------------------------------------------------------------
     def _replay(self, what: str):

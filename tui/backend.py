@@ -70,7 +70,8 @@ class LinkView:
 class VMView:
     """A VM: where it runs, its clock (truth) and what the agents estimate.
 
-    ``offset_ms``/``drift_ppm``: the injected clock (t_v - t, and the frequency error) now.
+    ``offset_ms``/``drift_ppm``: the injected clock (t_v - t, and the frequency error) now
+    (None: hidden by an exercise).
     ``est_*``: the coordinator's estimate relative to the reference VM; ``err_offset_us`` and
     ``err_drift_ppm``: estimate minus truth (relative to the same reference). None when no
     agent runs.
@@ -80,8 +81,8 @@ class VMView:
     phys: str
     leaf: str
     cpu_pct: float = 0.0
-    offset_ms: float = 0.0
-    drift_ppm: float = 0.0
+    offset_ms: float | None = 0.0
+    drift_ppm: float | None = 0.0
     est_offset_ms: float | None = None
     est_drift_ppm: float | None = None
     err_offset_us: float | None = None
@@ -204,6 +205,32 @@ class Snapshot:
             if v.name == name:
                 return v
         return None
+
+
+HIDDEN_NOTES = ("lab_up", "agents_up", "chrony_up", "job_start", "job_end",
+                "timeline_paused", "timeline_resumed")
+"""Events an exercise hiding ``faults`` still shows (besides what the user did: source tui)."""
+
+
+def hidden(snap: Snapshot, hide: set[str] | frozenset[str]) -> Snapshot:
+    """``snap`` without what an exercise hides (``session.exercise.Exercise.hide``), in place:
+    ``placement`` the physical hosts and the clocks' truth (VMs of a host share it) and the
+    errors against it; ``collocation`` the agents' groups and the true ones; ``links`` every
+    link's counters and rate; ``faults`` the timeline's faults and load (what the user injects
+    stays)."""
+    if "placement" in hide:
+        snap.hosts, snap.truth_groups = [], []
+        for v in snap.vms:
+            v.phys, v.offset_ms, v.drift_ppm = "?", None, None
+            v.err_offset_us = v.err_drift_ppm = None
+    if "collocation" in hide:
+        snap.groups, snap.truth_groups = [], []
+    if "links" in hide:
+        snap.links = [LinkView(lk.a, lk.b, up=lk.up) for lk in snap.links]
+    if "faults" in hide:
+        snap.events = [e for e in snap.events if e.source == "tui" or e.kind in HIDDEN_NOTES]
+        snap.pending = []
+    return snap
 
 
 def _build(cls, doc: dict):

@@ -55,6 +55,11 @@ class NslabCommands(Provider):
         for label, value in app.scenario_choices():
             cmds.append((f"Start scenario {label}", partial(app.restart, value),
                          "restarts the lab"))
+        for name, title in app.exercise_choices():
+            cmds.append((f"Exercise {name}: {title}", partial(app.start_exercise, name),
+                         "its lab with a hidden truth (restarts the lab)"))
+        cmds.append(("Exercise: task and answer", app.action_exercise,
+                     "the running exercise's task; type the answer, ctrl+s checks it"))
         return cmds
 
     async def discover(self) -> Hits:

@@ -105,8 +105,8 @@ class VMDetail(DetailScreen):
         t = Text(f"{v.name}", "bold")
         t.append(f"  on {v.phys} under {v.leaf}  CPU {v.cpu_pct:.0f}%  "
                  f"{'paused' if v.paused else 'hog' if v.hog else 'running'}\n")
-        t.append(f"clock truth: offset {v.offset_ms:+.3f} ms, drift {v.drift_ppm:+.2f} ppm "
-                 "(against the lab's clock)\n")
+        t.append(f"clock truth: offset {num(v.offset_ms, '+.3f')} ms, drift "
+                 f"{num(v.drift_ppm, '+.2f')} ppm (against the lab's clock; - hidden)\n")
         ref = snap.reference
         if v.est_offset_ms is None:
             t.append(f"estimate: none yet (agents: {snap.agents})\n", "italic")

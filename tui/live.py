@@ -29,6 +29,7 @@ from tui.backend import (
     NodeView,
     Snapshot,
     VMView,
+    hidden,
 )
 
 UNSHAPED_MBIT = 1000.0  # utilization of links without a rate is shown against 1 Gbit/s
@@ -69,11 +70,13 @@ class LiveBackend:
         name: lab name (default: the scenario's).
         run_jobs: run the scenario's jobs after its timeline.
         progress: called with bring-up messages (from the lab thread).
+        hide: what the snapshots leave out (``tui.backend.hidden``: an exercise's truth).
     """
 
     def __init__(self, scenario: str = "quickstart", name: str | None = None,
-                 run_jobs: bool = True, progress=None):
+                 run_jobs: bool = True, progress=None, hide: frozenset[str] = frozenset()):
         self.scenario, self.name, self.run_jobs = scenario, name, run_jobs
+        self.hide = hide
         self.progress = progress or (lambda msg: None)
         self.session: Session | None = None
         self.error: str | None = None
@@ -134,8 +137,22 @@ class LiveBackend:
         if self.session is not None:
             self.session.stop()
 
+    def truth(self) -> dict:
+        """The truth an exercise's check needs, shaped as the results' ``truth`` section:
+        ``placements`` (VM -> physical host at the start).
+
+        Raises:
+            LabError: the lab is not up.
+        """
+        if self.session is None or not self.session.placements:
+            raise LabError("the lab is not up yet")
+        return {"placements": dict(self.session.placements)}
+
     # -- snapshot --------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
+        return hidden(self._snapshot(), self.hide)
+
+    def _snapshot(self) -> Snapshot:
         s = self.session
         if s is None or s.state in ("created", "starting", "stopped", "error"):
             return Snapshot(scenario=self.scenario, lab=s.lab.name if s else "",

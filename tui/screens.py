@@ -1,12 +1,14 @@
-"""Modal screens: the help screen and the scenario picker."""
+"""Modal screens: the help screen, the scenario picker and an exercise's task and answer."""
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import OptionList, Static
+from textual.widgets import OptionList, Static, TextArea
 
 HELP = [
     [("Panels", [("1 2 3 4", "fabric, VMs, OWD, jobs"),
@@ -78,4 +80,33 @@ class ScenarioPicker(ModalScreen[str | None]):
         self.dismiss(self.choices[event.option_index][1])
 
     def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class ExerciseScreen(ModalScreen[None]):
+    """A running exercise: its task, an answer box (the answer file's YAML, prefilled with
+    the last answer or the format's example) and the verdict. ``check(text)`` returns what
+    to show: the verdict, or why the answer was not checked."""
+
+    BINDINGS = [Binding("escape", "dismiss", "close"), Binding("ctrl+s", "check", "check")]
+
+    def __init__(self, title: str, task: str, answer: str, check: Callable[[str], str]):
+        super().__init__()
+        self.heading, self.task_text, self.answer_text = title, task, answer
+        self.check_answer = check
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="exercise-box"):
+            with VerticalScroll(id="exercise-task"):
+                yield Static(Text(self.heading, "bold"))
+                yield Static(self.task_text.rstrip())
+            yield Static(Text("Answer (YAML) - ctrl+s checks it, esc closes:", "italic"))
+            yield TextArea(self.answer_text, id="exercise-answer")
+            yield Static("", id="exercise-verdict")
+
+    def action_check(self) -> None:
+        self.query_one("#exercise-verdict", Static).update(
+            self.check_answer(self.query_one(TextArea).text))
+
+    def action_dismiss(self) -> None:
         self.dismiss(None)

@@ -388,15 +388,21 @@ async def test_command_palette_runs_commands():
         assert app.snap.link("vm1", "leaf1").loss_percent == 20.0
 
 
-@sync
-async def test_pick_scenario_restarts_with_a_new_backend():
+def restartable_app():
+    """(app, its first backend, the scenarios its backend factory was asked for): an app
+    that can switch scenarios, each a recorded backend."""
     made = []
 
     def factory(scenario):
         made.append(scenario)
         return RecordedBackend(start_at=MID, advance=False)
     first = RecordedBackend(start_at=MID, advance=False)
-    app = app_on(first, backend_factory=factory)
+    return app_on(first, backend_factory=factory), first, made
+
+
+@sync
+async def test_pick_scenario_restarts_with_a_new_backend():
+    app, first, made = restartable_app()
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
         await press(pilot, "o")

@@ -58,7 +58,7 @@ class VMTable(DataTable):
         err_t = Text(err, "red" if v.err_offset_us is not None and abs(v.err_offset_us) > 100
                      else "green" if v.err_offset_us is not None else "")
         cpu = Text(f"{v.cpu_pct:.0f}", "red" if v.cpu_pct > 40 else "")
-        return [v.name, v.phys, v.leaf, cpu, f"{v.offset_ms:+.3f}", f"{v.drift_ppm:+.2f}",
+        return [v.name, v.phys, v.leaf, cpu, num(v.offset_ms, "+.3f"), num(v.drift_ppm, "+.2f"),
                 Text("ref", "bold") if reference else num(v.est_offset_ms, "+.3f"), err_t,
                 num(v.est_drift_ppm, "+.2f"),
                 num(v.err_drift_ppm, "+.3f"), state]
