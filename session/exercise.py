@@ -236,7 +236,8 @@ def check(ex: Exercise, answer_path: str | Path, directory: str | Path = DEFAULT
     data = ex.kind.check_scenario(answer, record, params)
     if data is not None:
         require_root()
-        sc, topo = load(str(write_scenario(data, directory, f"{ex.name}.check.yaml")))
-        record["check_results"] = Session(sc, topo, ex.name, lab_name,
+        path = write_scenario(data, directory, f"{ex.name}.check.yaml")
+        sc, topo = load(str(path))
+        record["check_results"] = Session(sc, topo, str(path), lab_name,
                                           progress=progress).run()
     return ex.kind.check(answer, record, params)

@@ -366,7 +366,8 @@ class Pacer(Kind):
         return {"jobs": {j["name"]: {"fabric_drops": j.get("fabric_drops"),
                                      "completion_s": j.get("completion_s"),
                                      "retransmits": (j.get("edge") or {}).get("retransmits"),
-                                     "rtos": (j.get("edge") or {}).get("rtos")}
+                                     "rtos": (j.get("edge") or {}).get("rtos"),
+                                     "error": j.get("error")}
                          for j in doc.get("jobs") or []}}
 
     def check_scenario(self, answer, record, p):

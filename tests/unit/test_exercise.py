@@ -199,6 +199,10 @@ def test_observations():
              LinkState("vm1", "leaf1", True, 100, 0, 100, (5000, 10), 0)]
     seen = KINDS["ecmp"].observe({"load": []}, None, links, {"leaf": "leaf1"})
     assert seen["uplink_bytes"] == {"leaf1->spine1": 7000, "leaf1->spine2": 3000}
+    failed = {"jobs": [{"name": "incast", "error": "rank 2 timed out", "completion_s": None}]}
+    assert KINDS["pacer"].observe(failed, None, [], {})["jobs"]["incast"] == {
+        "fabric_drops": None, "completion_s": None, "retransmits": None, "rtos": None,
+        "error": "rank 2 timed out"}
 
 
 # -- the command line ----------------------------------------------------------------------
