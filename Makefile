@@ -15,14 +15,18 @@ DEB_CMDS := mnexec:mininet ip:iproute2 tc:iproute2 nft:nftables iperf3:iperf3 \
             gcc:gcc make:make chromium:chromium
 SCENARIO ?= quickstart
 
-.PHONY: setup system-packages vmclock chrony lab test unit integration tui tui-recording bench \
-        clean
+.PHONY: setup system-packages vmclock probeio chrony lab test unit integration tui tui-recording \
+        bench clean
 
-setup: system-packages $(STAMP) vmclock chrony
+setup: system-packages $(STAMP) vmclock probeio chrony
 
 # the VM clock preload every process of a VM runs with (vmclock/vmclock.c)
 vmclock: system-packages
 	@$(MAKE) -s -C vmclock
+
+# the agent's compiled datagram path (agents/native/probeio.c, libcrypto for its HMAC tags)
+probeio: system-packages
+	@$(MAKE) -s -C agents/native
 
 # Debian's chronyd for the `chrony` scenario, unpacked into build/chrony (not installed: no
 # service starts, nothing touches the machine's clock); skipped when chronyd is installed
@@ -39,6 +43,7 @@ system-packages:
 	done; \
 	$(PYTHON) -c 'import ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
 	test -f /usr/include/stdio.h || missing="$$missing libc6-dev"; \
+	test -f /usr/include/openssl/hmac.h || missing="$$missing libssl-dev"; \
 	if [ -n "$$missing" ]; then \
 	  echo "setup: installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
@@ -91,3 +96,4 @@ bench: setup
 clean:
 	rm -rf $(VENV) *.egg-info build
 	$(MAKE) -s -C vmclock clean
+	$(MAKE) -s -C agents/native clean

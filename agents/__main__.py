@@ -1,6 +1,7 @@
 """``python -m agents``: the agent daemon (one per VM), the coordinator and the pacer.
 
-Exit status: 0 after SIGTERM/SIGINT, 2 for bad arguments, 1 when a socket cannot be opened.
+Exit status: 0 after SIGTERM/SIGINT, 2 for bad arguments, 1 when a socket cannot be opened
+or the agent's compiled datagram path is not built (``make setup``).
 """
 from __future__ import annotations
 
@@ -207,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "agent":
         from agents.agent import Agent, AgentConfig
         from agents.probe import parse_key
+        from agents.probeio import ProbeIOError
         if args.name in args.peers:
             parser.error(f"--peers lists this VM itself ({args.name})")
         if args.max_peers < 1:
@@ -225,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(e))
         except OSError as e:
             log.error("cannot open the probe socket on %s:%d: %s", args.bind, args.port, e)
+            return 1
+        except ProbeIOError as e:
+            log.error("%s", e)
             return 1
         stop = _stop_on_signals()
         log.info("agent %s on %s:%d, %d peers, %.3g pairs/s/peer%s", args.name, args.bind,

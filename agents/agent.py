@@ -24,12 +24,14 @@ What it does (Huygens, Geng et al., NSDI 2018, with kernel software timestamps):
   ``report_s``. The connection is re-established with exponential backoff (0.2 s .. 5 s,
   jittered). Records wait in a bounded buffer: when full, the oldest are dropped and counted
   (``records_dropped``).
-* Received datagrams are validated by ``agents.probe.ProbeFilter``; rejects are counted by
-  reason and reported, never fatal.
+* Received datagrams are validated as ``agents.probe.ProbeFilter`` does; rejects are counted
+  by reason and reported, never fatal.
+* Everything done per datagram (encoding, sending, TX stamps, validation, pairing) runs in
+  compiled code, ``agents.probeio`` (built by ``make setup``), called once per tick; this
+  module keeps the schedule, the peers, the clock and the reports.
 """
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import random
@@ -38,22 +40,13 @@ import socket
 import struct
 import threading
 import time
-from collections import Counter, OrderedDict, deque
-from dataclasses import dataclass, field
+from collections import Counter, deque
+from dataclasses import dataclass
 
 from agents.clock import Clock, ClockSpec
 from agents.messages import REPORT_SCHEMA, AgentStats, Hello, Report
-from agents.probe import (
-    FOLLOWUP,
-    FU_USER,
-    HEADER_LEN,
-    MAGIC,
-    TAG_LEN,
-    Probe,
-    ProbeFilter,
-    encode,
-    node_id,
-)
+from agents.probe import length, node_id, peer_ids
+from agents.probeio import ProbeIO
 
 __all__ = ["Agent", "AgentConfig", "ClockView", "Reporter"]
 
@@ -67,10 +60,6 @@ SOF_TIMESTAMPING_SOFTWARE = 1 << 4
 TS_FLAGS = SOF_TIMESTAMPING_TX_SOFTWARE | SOF_TIMESTAMPING_RX_SOFTWARE | SOF_TIMESTAMPING_SOFTWARE
 MSG_ERRQUEUE = getattr(socket, "MSG_ERRQUEUE", 0x2000)
 _TIMESPEC = struct.Struct("@ll")
-_SEQ_OFF = 12                     # seq's offset in the probe header
-_SEQ = struct.Struct("!Q")
-_MAGIC = struct.Struct("!H")
-_ANC = 512                        # ancillary buffer bytes
 
 
 def kernel_stamp(ancdata) -> int | None:
@@ -164,22 +153,13 @@ class AgentConfig:
     seed: int | None = None
 
 
-@dataclass
-class _Sent:
-    """The last pair sent to one peer: kernel TX stamps (VM ns) and user-space ones
-    (CLOCK_REALTIME ns, converted only if needed)."""
-
-    pair_id: int
-    tx: list = field(default_factory=lambda: [None, None])
-    user: list = field(default_factory=lambda: [None, None])
-
-
 class Agent:
     """The probe mesh of one VM. ``run(stop)`` blocks until ``stop`` is set.
 
     Raises (from the constructor):
         OSError: the socket cannot be bound or timestamping is not supported.
         ValueError: two VM names hash to the same probe id, or bad settings.
+        agents.probeio.ProbeIOError: the compiled datagram path is not built (``make setup``).
     """
 
     def __init__(self, cfg: AgentConfig, clock: Clock | None = None):
@@ -189,10 +169,10 @@ class Agent:
             raise ValueError(f"max_peers must be >= 1, got {cfg.max_peers}")
         self.cfg = cfg
         self.clock = ClockView(clock or Clock())
-        self.filter = ProbeFilter(cfg.name, cfg.peers, cfg.key)
-        self.my_id = node_id(cfg.name)
-        self.peer_ids = {p: node_id(p) for p in cfg.peers}
-        self.size = max(cfg.size, HEADER_LEN + (TAG_LEN if cfg.key else 0))
+        self.names = sorted(cfg.peers)
+        ids = peer_ids(cfg.name, {p: cfg.peers[p] for p in self.names})
+        self.index = {p: k for k, p in enumerate(self.names)}
+        self.size = length(cfg.key, cfg.size)
         self.rng = random.Random(cfg.seed if cfg.seed is not None
                                  else node_id(cfg.name) ^ time.time_ns())
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -202,24 +182,22 @@ class Agent:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
             self.sock.bind((cfg.bind, cfg.port))
             self.sock.setblocking(False)
-        except OSError:
+            # sequence numbers start at the VM clock in us, so a restarted agent stays ahead
+            # of its previous run in its peers' replay windows
+            self.started_ns = self.clock.now_ns()
+            self.io = ProbeIO(self.sock, node_id(cfg.name),
+                              [(i, ip) for i, (_, ip) in ids.items()], cfg.port, self.size,
+                              cfg.key, self.started_ns // 1000, self.rng.getrandbits(32),
+                              self.clock.to_vm_ns if self.clock.path else None)
+        except BaseException:
             self.sock.close()
             raise
-        # sequence numbers start at the VM clock in us, so a restarted agent stays ahead of
-        # its previous run in its peers' replay windows
-        self.started_ns = self.clock.now_ns()
-        self.seq = self.started_ns // 1000
-        self.pair_seq = self.rng.getrandbits(32)
-        self.pending: OrderedDict[int, tuple[str, int, int]] = OrderedDict()
-        self.sent: dict[str, _Sent] = {}
-        self.inflight: dict[str, OrderedDict[int, list]] = {p: OrderedDict() for p in cfg.peers}
         self.last_rx: dict[str, float] = {}
         self.next_send: dict[str, float] = {}
         self.chosen: list[str] = []
         self.next_redraw = 0.0
         self.records: deque = deque(maxlen=cfg.max_records)
         self.counters: Counter[str] = Counter()
-        self.send_errors: Counter[str] = Counter()
         self.reporter = Reporter(self)
 
     # ---- peers -------------------------------------------------------------------------
@@ -238,126 +216,38 @@ class Agent:
         horizon = now - 2 * self.cfg.window_s
         return set(self.chosen) | {p for p, t in self.last_rx.items() if t >= horizon}
 
-    # ---- sending -----------------------------------------------------------------------
+    # ---- sending and receiving (agents.probeio) -----------------------------------------
     def _interval(self) -> float:
         return self.rng.uniform(0.5, 1.5) / self.cfg.rate
 
-    def _send_pair(self, peer: str) -> None:
-        cfg = self.cfg
-        pid = self.pair_seq
-        self.pair_seq = (pid + 1) & 0xFFFFFFFF
-        flags, fu = 0, (0, 0, 0)
-        last = self.sent.get(peer)
-        if last is not None:
-            if last.tx[0] is not None and last.tx[1] is not None:
-                flags, fu = FOLLOWUP, (last.pair_id, last.tx[0], last.tx[1])
-            elif last.user[0] is not None and last.user[1] is not None:
-                self.counters["tx_user_stamps"] += 2
-                flags = FOLLOWUP | FU_USER
-                fu = (last.pair_id, self.clock.to_vm_ns(last.user[0]),
-                      self.clock.to_vm_ns(last.user[1]))
-        tx_ns = self.clock.now_ns()
-        dst = self.peer_ids[peer]
-        seq0 = self.seq
-        self.seq += 2
-        pkts = [encode(Probe(self.my_id, dst, seq0 + i, pid, i, tx_ns, flags, *fu),
-                       cfg.key, self.size) for i in (0, 1)]
-        cur = self.sent[peer] = _Sent(pid)
-        addr = (cfg.peers[peer], cfg.port)
-        for i, pkt in enumerate(pkts):
-            t_user = time.time_ns()
-            try:
-                self.sock.sendto(pkt, addr)
-            except OSError as e:
-                self.send_errors[errno.errorcode.get(e.errno or 0, str(e.errno))] += 1
-                continue
-            cur.user[i] = t_user
-            self.pending[seq0 + i] = (peer, pid, i)
-            self.counters["probes_tx"] += 1
-        while len(self.pending) > 4096:  # stamps that never came
-            self.pending.popitem(last=False)
-            self.counters["tx_stamps_missing"] += 1
-
-    def _drain_errqueue(self) -> None:
-        while True:
-            try:
-                data, anc, _flags, _addr = self.sock.recvmsg(2048, _ANC, MSG_ERRQUEUE)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                self.counters["errqueue_errors"] += 1
-                return
-            stamp = kernel_stamp(anc)
-            if stamp is None or len(data) < self.size:
-                continue
-            tail = len(data) - self.size  # the queued packet may carry L2/L3/L4 headers
-            if _MAGIC.unpack_from(data, tail)[0] != MAGIC:
-                continue
-            seq = _SEQ.unpack_from(data, tail + _SEQ_OFF)[0]
-            ent = self.pending.pop(seq, None)
-            if ent is None:
-                continue
-            peer, pid, i = ent
-            s = self.sent.get(peer)
-            if s is not None and s.pair_id == pid:
-                s.tx[i] = self.clock.to_vm_ns(stamp)
-
-    # ---- receiving ---------------------------------------------------------------------
-    def _drain_rx(self, now: float) -> None:
-        while True:
-            try:
-                data, anc, _flags, addr = self.sock.recvmsg(2048, _ANC)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                self.counters["recv_errors"] += 1
-                return
-            stamp = kernel_stamp(anc)
-            res = self.filter.check(data, addr[0])
-            if res is None:
-                continue
-            src, p = res
-            if stamp is None:
-                self.counters["rx_user_stamps"] += 1
-                rx = self.clock.now_ns()
-            else:
-                rx = self.clock.to_vm_ns(stamp)
-            self.last_rx[src] = now
-            pairs = self.inflight[src]
-            slot = pairs.get(p.pair_id)
-            if slot is None:
-                slot = pairs[p.pair_id] = [None, None]
-                if len(pairs) > 64:
-                    pairs.popitem(last=False)
-            slot[p.idx] = rx
-            if p.flags & FOLLOWUP:
-                done = pairs.pop(p.fu_pair_id, None)
-                if done is not None:
-                    for i, tx in ((0, p.fu_tx0_ns), (1, p.fu_tx1_ns)):
-                        if done[i] is not None:
-                            if len(self.records) == self.records.maxlen:
-                                self.counters["records_dropped"] += 1
-                            self.records.append((src, p.fu_pair_id, i, tx, done[i]))
+    def _io(self, due: list[str], now: float) -> None:
+        """Drain both queues, keep the finished records, send a pair to each peer in ``due``."""
+        names = self.names
+        records, heard = self.io.tick([self.index[p] for p in due])
+        for k in heard:
+            self.last_rx[names[k]] = now
+        full = len(self.records) + len(records) - self.records.maxlen
+        if full > 0:
+            self.counters["records_dropped"] += full
+        self.records.extend((names[k], pid, i, tx, rx) for k, pid, i, _, tx, rx in records)
 
     # ---- main loop ---------------------------------------------------------------------
     def stats(self) -> AgentStats:
         """Counters for the coordinator (a snapshot; see API.md)."""
-        c = self.counters
+        c, io = self.counters, self.io.counters
         return AgentStats(
-            probes_tx=c["probes_tx"], probes_rx=self.filter.accepted,
-            rejects=dict(self.filter.rejects), send_errors=dict(self.send_errors),
+            probes_tx=io.probes_tx, probes_rx=io.probes_rx, rejects=self.io.rejects(),
+            send_errors=self.io.send_errors(),
             records_dropped=c["records_dropped"], records_unsent=c["records_unsent"],
-            tx_user_stamps=c["tx_user_stamps"], rx_user_stamps=c["rx_user_stamps"],
-            tx_stamps_missing=c["tx_stamps_missing"], loop_errors=c["loop_errors"],
+            tx_user_stamps=io.tx_user_stamps, rx_user_stamps=io.rx_user_stamps,
+            tx_stamps_missing=io.tx_stamps_missing, loop_errors=c["loop_errors"],
             peers_active=sorted(self.active_peers(time.monotonic())))
 
     def _step(self, start: float) -> float:
         """One loop pass: drain both queues, send the pairs that are due; returns the
         monotonic time of the next send."""
         self.clock.refresh()
-        self._drain_errqueue()
-        self._drain_rx(start)
-        now = time.monotonic()
+        now = start
         if now >= self.next_redraw:
             self._redraw(now)
         active = self.active_peers(now)
@@ -367,10 +257,10 @@ class Agent:
         for p in active:
             if p not in self.next_send:
                 self.next_send[p] = now + self.rng.uniform(0, 1 / self.cfg.rate)
-        for p, t in self.next_send.items():
-            if t <= now:
-                self._send_pair(p)
-                self.next_send[p] = max(t + self._interval(), now)
+        due = [p for p, t in self.next_send.items() if t <= now]
+        self._io(due, now)
+        for p in due:
+            self.next_send[p] = max(self.next_send[p] + self._interval(), now)
         return min(self.next_send.values(), default=now + 0.1)
 
     def run(self, stop: threading.Event) -> None:
@@ -401,6 +291,8 @@ class Agent:
         finally:
             self.reporter.stop.set()
             self.reporter.join(timeout=2.0)
+            if not self.reporter.is_alive():  # it reads the C side's counters
+                self.io.close()
             self.sock.close()
 
     def hello(self) -> Hello:

@@ -41,7 +41,7 @@ from typing import NamedTuple
 __all__ = [  # noqa: F822 - NslabProbe comes from the module's __getattr__
     "AUTH", "FOLLOWUP", "FU_USER", "HEADER", "HEADER_LEN", "MAGIC", "REASONS", "TAG_LEN",
     "VERSION", "NslabProbe", "Probe", "ProbeError", "ProbeFilter", "ReplayWindow", "decode",
-    "encode", "node_id", "parse_key",
+    "encode", "length", "node_id", "parse_key", "peer_ids",
 ]
 
 MAGIC = 0x4E53
@@ -107,6 +107,17 @@ def _tag(key: bytes, data: bytes | memoryview) -> bytes:
     return hmac.new(key, data, hashlib.sha256).digest()[:TAG_LEN]
 
 
+def length(key: bytes | None = None, size: int = 0) -> int:
+    """A probe's datagram size in bytes: ``size``, at least the header (and tag, with ``key``).
+
+    Raises:
+        ValueError: ``size`` above 1472 bytes.
+    """
+    if size > MAX_LEN:
+        raise ValueError(f"probe size {size} exceeds {MAX_LEN} bytes")
+    return max(size, HEADER_LEN + (TAG_LEN if key else 0))
+
+
 def encode(p: Probe, key: bytes | None = None, size: int = 0) -> bytes:
     """The datagram for probe ``p``; the AUTH flag follows ``key`` (p.flags' AUTH bit ignored).
 
@@ -118,14 +129,11 @@ def encode(p: Probe, key: bytes | None = None, size: int = 0) -> bytes:
     Raises:
         ValueError: ``size`` above 1472 bytes; struct.error: a field out of range.
     """
-    if size > MAX_LEN:
-        raise ValueError(f"probe size {size} exceeds {MAX_LEN} bytes")
+    n = length(key, size)
     flags = (p.flags & ~AUTH) | (AUTH if key else 0)
     head = HEADER.pack(MAGIC, VERSION, flags, p.src, p.dst, p.seq, p.pair_id, p.idx, p.tx_ns,
                        p.fu_pair_id, p.fu_tx0_ns, p.fu_tx1_ns)
-    pad = size - HEADER_LEN - (TAG_LEN if key else 0)
-    if pad > 0:
-        head += bytes(pad)
+    head += bytes(n - HEADER_LEN - (TAG_LEN if key else 0))
     return head + _tag(key, head) if key else head
 
 
@@ -190,6 +198,22 @@ class ReplayWindow:
         return True
 
 
+def peer_ids(me: str, peers: dict[str, str]) -> dict[int, tuple[str, str]]:
+    """``{probe id: (name, ip)}`` of ``peers`` (``{name: ip}``) as seen by VM ``me``.
+
+    Raises:
+        ValueError: two of these VMs (``me`` included) hash to the same probe id.
+    """
+    me_id, by_id = node_id(me), {}
+    for name, ip in peers.items():
+        i = node_id(name)
+        if i in by_id or i == me_id:
+            raise ValueError(f"VM names {name!r} and {by_id.get(i, (me,))[0]!r} "
+                             "hash to the same probe id; rename one")
+        by_id[i] = (name, ip)
+    return by_id
+
+
 class ProbeFilter:
     """A receiver's validation of incoming probes; counts rejects by reason, never raises.
 
@@ -205,13 +229,7 @@ class ProbeFilter:
         self.me_id = node_id(me)
         self.key = key
         self.window = window
-        self.by_id: dict[int, tuple[str, str]] = {}
-        for name, ip in peers.items():
-            i = node_id(name)
-            if i in self.by_id or i == self.me_id:
-                raise ValueError(f"VM names {name!r} and {self.by_id.get(i, (me,))[0]!r} "
-                                 "hash to the same probe id; rename one")
-            self.by_id[i] = (name, ip)
+        self.by_id = peer_ids(me, peers)
         self.replay: dict[int, ReplayWindow] = {}
         self.rejects: Counter[str] = Counter()
         self.accepted = 0

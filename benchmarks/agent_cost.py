@@ -2,8 +2,11 @@
 side by side in one run: N agent processes and a coordinator on loopback (no lab, no root:
 127.77.0.x addresses, real sockets and kernel timestamps), CPU read from /proc after a warm-up.
 
-    .venv/bin/python benchmarks/agent_cost.py [--before main] [--vms 8] [--rate 20]
+    .venv/bin/python benchmarks/agent_cost.py [--before 6c96ee9] [--vms 8] [--rate 20]
                                               [--seconds 20] [--rounds 3]
+
+This tree's agent has its datagram path compiled (``agents/probeio.py``; ``make setup``
+builds it); ``--before 6c96ee9`` runs the last agent that did it in Python beside it.
 
 Three floors run beside them, each an agent's sends and queue reads (same socket options,
 rate, peers and 20 ms tick) without any of its logic: "floor: Python" (``floor_node``, a
@@ -165,7 +168,9 @@ def main() -> None:
     ap.add_argument("--before", default=None, help="git ref of the agent to compare with")
     ap.add_argument("--vms", type=int, default=8, help="agents (each probes all others)")
     ap.add_argument("--rate", type=float, default=20.0, help="pairs/s per peer")
-    ap.add_argument("--warmup", type=float, default=5.0, help="s before measuring")
+    ap.add_argument("--warmup", type=float, default=15.0,
+                    help="s before measuring (an agent's start-up, its imports, takes several "
+                         "seconds of CPU on a loaded 2-core machine: not counted)")
     ap.add_argument("--seconds", type=float, default=20.0, help="s measured per round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--floor-node", nargs=5, help=argparse.SUPPRESS)

@@ -2,7 +2,11 @@
 and the coordinator's solve time on synthetic reports of larger clusters.
 
     sudo .venv/bin/python benchmarks/sync.py [--cases idle,sym70,...,solve] [--seconds 30]
-                                             [--rate 20]
+                                             [--rate 20] [--before REF]
+
+With ``--before REF`` every lab case runs twice in a row, with this tree's agents and with
+REF's (rows ``CASE@REF``), the lab and scoring being this tree's: accuracy, collocation and
+agent CPU before and after a change of the agents, side by side in one run.
 
 Cases (each a real lab with the agents, except ``solve``):
 
@@ -34,6 +38,7 @@ The figures are printed, not asserted; ``fidelity`` says whether the machine was
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import tempfile
@@ -49,6 +54,7 @@ from session.scenario import load
 from session.session import Session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from agent_cost import checkout  # noqa: E402 - benchmarks/ is this script's directory
 from synthetic import T0_NS, simulate  # noqa: E402 - tests/ is on sys.path from here on
 
 
@@ -90,12 +96,23 @@ CASES = {
 }
 
 
-def run_lab(doc: dict) -> dict:
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / f"{doc['name']}.yaml"
-        path.write_text(yaml.safe_dump(doc))
-        sc, topo = load(str(path))
-        return Session(sc, topo, str(path)).run()
+def run_lab(doc: dict, agents_tree: str | None = None) -> dict:
+    """Run the scenario ``doc``; with ``agents_tree``, the daemons in its VMs (agents and
+    coordinator) come from that tree (their PYTHONPATH), the lab from this one."""
+    saved = os.environ.get("PYTHONPATH")
+    if agents_tree:
+        os.environ["PYTHONPATH"] = agents_tree
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / f"{doc['name']}.yaml"
+            path.write_text(yaml.safe_dump(doc))
+            sc, topo = load(str(path))
+            return Session(sc, topo, str(path)).run()
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 def row(case: str, res: dict) -> str:
@@ -105,7 +122,7 @@ def row(case: str, res: dict) -> str:
     gain = (ntp["p99"] / ours["p99"]) if ours.get("p99") and ntp.get("p99") else float("nan")
     fid = res["lab"]["fidelity"]
     cpu = cost.get("agent_cpu_core", {})
-    return (f"{case:9s} {len(res['lab']['vms']):3d} {ours.get('p50', 0):8.3f} "
+    return (f"{case:16s} {len(res['lab']['vms']):3d} {ours.get('p50', 0):8.3f} "
             f"{ours.get('p99', 0):8.3f} {sync.get('drift_error_ppm', {}).get('p99', 0):8.4f} "
             f"{ntp.get('p99', 0):9.3f} {gain:6.1f} {sync.get('converged_s')!s:>6s} "
             f"{col.get('precision')!s:>5s} {col.get('recall')!s:>5s} "
@@ -160,23 +177,32 @@ def main() -> None:
                     help="comma-separated odd counts: run each lab case once per count "
                          "(agents.drift_windows), side by side (default: the default only)")
     ap.add_argument("--solve-vms", default="32,128,256", help="cluster sizes of ``solve``")
+    ap.add_argument("--before", default=None,
+                    help="git ref: run each lab case also with that commit's agents and "
+                         "coordinator, alternating, side by side (e.g. 6c96ee9, the last "
+                         "agent with its datagram path in Python)")
     args = ap.parse_args()
     setLogLevel("error")
     cases = args.cases.split(",")
     labs = [c for c in cases if c in CASES]
     if labs:
-        print(f"{'case':9s} {'VMs':>3s} {'off p50':>8s} {'off p99':>8s} {'drift99':>8s} "
+        print(f"{'case':16s} {'VMs':>3s} {'off p50':>8s} {'off p99':>8s} {'drift99':>8s} "
               f"{'NTP p99':>9s} {'gain':>6s} {'conv s':>6s} {'prec':>5s} {'recall':>5s} "
               f"{'det s':>6s} {'cpu/ag':>6s} {'kbit/s':>7s} {'MiB':>5s} {'busy':>5s} {'sat':>5s}")
-        print("          (offsets |error| us, drift |error| ppm; gain = NTP p99 / nslab p99; "
-              "cpu/ag = share of one core per agent; MiB = agent RSS)")
+        print("                 (offsets |error| us, drift |error| ppm; gain = NTP p99 / "
+              "nslab p99; cpu/ag = share of one core per agent; MiB = agent RSS)")
     counts = [int(w) for w in args.drift_windows.split(",")] if args.drift_windows else [None]
-    for case in labs:
-        for w in counts:
-            doc = CASES[case](args.seconds, args.rate)
-            if w is not None:
-                doc["agents"] = {**doc["agents"], "drift_windows": w}
-            print(row(case if w is None else f"{case}/d{w}", run_lab(doc)), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"": None, **({f"@{args.before}": checkout(args.before, tmp)}
+                              if args.before else {})}
+        for case in labs:
+            for w in counts:
+                for tag, tree in trees.items():
+                    doc = CASES[case](args.seconds, args.rate)
+                    if w is not None:
+                        doc["agents"] = {**doc["agents"], "drift_windows": w}
+                    name = (case if w is None else f"{case}/d{w}") + tag
+                    print(row(name, run_lab(doc, tree)), flush=True)
     if "solve" in cases:
         for vms in map(int, args.solve_vms.split(",")):
             p50, worst, n = solve_time(vms, 16, 12.0, args.rate)

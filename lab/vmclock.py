@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-import subprocess
-import threading
 
-from lab.errors import LabError
+from lab import native
 
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                           "vmclock")
@@ -33,7 +31,6 @@ DROPPED_CAPS = {"CAP_SYS_MODULE": 16, "CAP_SYS_RAWIO": 17, "CAP_SYS_BOOT": 22,
 _PR_CAPBSET_DROP = 24
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _CAP_VERSION_3 = 0x20080522
-_build_lock = threading.Lock()
 
 
 def library() -> str:
@@ -42,18 +39,8 @@ def library() -> str:
     Raises:
         LabError: the build failed (no gcc/make: run ``make setup``).
     """
-    with _build_lock:
-        src = os.path.join(SOURCE_DIR, "vmclock.c")
-        if (not os.path.exists(LIBRARY)
-                or os.path.getmtime(LIBRARY) < os.path.getmtime(src)):
-            try:
-                subprocess.run(["make", "-s", "-C", SOURCE_DIR], check=True,
-                               capture_output=True, text=True)
-            except (OSError, subprocess.CalledProcessError) as e:
-                detail = getattr(e, "stderr", "") or str(e)
-                raise LabError(f"building the VM clock preload failed ({detail.strip()}); "
-                               "run `make setup` (it installs gcc and make)") from e
-    return LIBRARY
+    return native.make(SOURCE_DIR, LIBRARY, os.path.join(SOURCE_DIR, "vmclock.c"),
+                       "the VM clock preload")
 
 
 def preload_env(env: dict) -> dict:

@@ -20,9 +20,11 @@ import psutil
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pyroute2 import netns
 
+from agents import probeio
 from agents.coordinator import DRIFT_WINDOWS
 from agents.messages import CoordinatorState
 from agents.probe import HEADER_LEN, TAG_LEN
+from lab import native
 from lab.errors import LabError
 from lab.names import state_dir
 from workloads.stats import percentiles
@@ -118,7 +120,12 @@ class AgentMesh:
 
     def start(self) -> None:
         """Start the coordinator, then one agent per VM (all peers listed; each agent picks
-        ``max_peers`` of them)."""
+        ``max_peers`` of them).
+
+        Raises:
+            LabError: the agents' compiled datagram path cannot be built."""
+        native.make(probeio.NATIVE_DIR, probeio.LIBRARY, probeio.SOURCE,
+                    "the agents' datagram path")
         vms = self.lab.vms
         name = self.cfg.coordinator or vms[0].name
         self.coordinator = self.lab[name]

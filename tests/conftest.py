@@ -2,4 +2,15 @@
 this directory on ``sys.path``, so tests import the helpers beside it as top-level modules
 (``from synthetic import simulate``). ``pytester`` runs the plugin's users' test files."""
 
+import pytest
+
 pytest_plugins = ["pytester"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def agents_datagram_path() -> None:
+    """Build the agents' compiled datagram path when missing or stale, as the lab does before
+    it starts agents (``make setup`` builds it ahead): tests start agents themselves."""
+    from agents import probeio
+    from lab import native
+    native.make(probeio.NATIVE_DIR, probeio.LIBRARY, probeio.SOURCE, "the agents' datagram path")

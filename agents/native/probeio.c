@@ -1,0 +1,500 @@
+/* libnslabprobeio.so: the agent's datagram path, compiled (agents/probeio.py loads it with
+ * ctypes; agents/agent.py keeps the schedule, the peers, the clock and the reports).
+ *
+ * Once per tick the agent calls nsp_tick, which
+ *   1. drains the socket's error queue with recvmmsg (MSG_ERRQUEUE): the kernel's software TX
+ *      stamp of each probe sent, matched to the probe by its seq;
+ *   2. drains the receive queue with recvmmsg: validates each probe in the order of
+ *      agents/probe.py's ProbeFilter (length, magic, version, authentication, fields, sender,
+ *      source address, destination, replay window: RFC 4303 3.4.3 with a bitmap, RFC 6479),
+ *      keeps the RX stamps of the last 64 pairs per sender and, when a follow-up arrives,
+ *      emits one record (peer, pair_id, idx, tx_ns, rx_ns) per probe of the pair it names;
+ *   3. sends a coded pair to each peer due (two back-to-back probes, the follow-up of the
+ *      previous pair to that peer in both) with one sendmmsg.
+ * The probe layout is agents/PROBE.md (version 1, big-endian); with a key every probe carries
+ * HMAC-SHA256(key, bytes before the tag) truncated to 16 bytes (RFC 2104, RFC 4868; OpenSSL's
+ * libcrypto).
+ *
+ * Stamps: the kernel's are CLOCK_REALTIME as this process sees them (with the lab's vmclock
+ * preload, which wraps recvmmsg and clock_gettime, they already are the VM clock). ``conv``
+ * turns such a stamp into the VM clock (agents.clock's formula, called back into Python) or,
+ * when NULL, is the identity: every stamp a probe or a record carries is on the VM clock.
+ * Sources: Linux recvmmsg(2), sendmmsg(2), Documentation/networking/timestamping.rst.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#define BATCH 64            /* datagrams per system call */
+#define SLOT 2048           /* bytes read per datagram (a probe is at most 1472) */
+#define CTL 512             /* ancillary bytes per datagram */
+#define HDR 56
+#define TAG 16
+#define MAGIC 0x4E53
+#define VERSION 1
+#define F_AUTH 1
+#define F_FOLLOWUP 2
+#define F_FU_USER 4
+#define INFLIGHT 64         /* pairs kept per sender awaiting their follow-up */
+#define PENDING 4096        /* probes awaiting their TX stamp */
+#define WINDOW 256          /* replay window, sequences */
+#define MAX_ERRNO 256
+
+/* reject reasons, in agents.probe.REASONS order */
+enum { R_SHORT, R_MAGIC, R_VERSION, R_NO_AUTH, R_UNEXPECTED_AUTH, R_HMAC, R_FIELD, R_SENDER,
+       R_SRC, R_DST, R_REPLAY, N_REASONS };
+
+typedef int64_t (*conv_fn)(int64_t);
+
+/* counters read by the agent (agents/probeio.py mirrors this layout) */
+struct nsp_counters {
+    int64_t probes_tx, probes_rx, tx_user_stamps, rx_user_stamps, tx_stamps_missing,
+        errqueue_errors, recv_errors;
+    int64_t rejects[N_REASONS];
+    int64_t send_errors[MAX_ERRNO];
+};
+
+struct nsp_record {         /* one probe's (tx, rx) */
+    int32_t peer;
+    uint32_t pair_id;
+    int32_t idx, pad;
+    int64_t tx_ns, rx_ns;
+};
+
+struct pair {
+    uint32_t pair_id;
+    uint8_t used, have[2];
+    uint64_t order;
+    int64_t rx[2];
+};
+
+struct peer {
+    uint32_t id, ip;        /* probe id; IPv4 address, network order */
+    /* sending: the last pair sent to it */
+    int sent;
+    uint32_t last_pair;
+    uint8_t have_tx[2], have_user[2];
+    int64_t tx[2], user[2]; /* kernel TX stamps (VM ns); user-space stamps (raw ns) */
+    /* receiving */
+    int seen;
+    uint64_t highest, window[WINDOW / 64];
+    struct pair inflight[INFLIGHT + 1];
+    uint64_t orders;
+    int64_t rx_tick;
+};
+
+struct pend {
+    uint64_t seq;
+    int32_t peer, idx;
+    uint32_t pair_id;
+    uint8_t used;
+};
+
+struct nsp {
+    int fd, size, port, npeers;
+    uint32_t me;
+    unsigned char key[256];
+    int keylen;
+    uint64_t seq;
+    uint32_t pair_seq;
+    int64_t tick;
+    conv_fn conv;
+    struct peer *peers;
+    struct pend pending[PENDING];
+    struct nsp_counters c;
+    unsigned char rx[BATCH][SLOT], errq[BATCH][SLOT], ctl[BATCH][CTL], tx[2 * BATCH][1472];
+};
+
+static int64_t realtime_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static int64_t to_vm(struct nsp *h, int64_t ns) { return h->conv ? h->conv(ns) : ns; }
+
+static uint64_t get_be(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static void put_be(unsigned char *p, uint64_t v, int n)
+{
+    for (int i = n - 1; i >= 0; i--, v >>= 8)
+        p[i] = v & 0xff;
+}
+
+static int64_t stamp_of(struct msghdr *m)
+{
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_TIMESTAMPING &&
+            c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
+            struct timespec ts;
+            memcpy(&ts, CMSG_DATA(c), sizeof ts);
+            if (ts.tv_sec || ts.tv_nsec)
+                return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        }
+    }
+    return 0;
+}
+
+static void tag(struct nsp *h, const unsigned char *data, size_t n, unsigned char *out)
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    HMAC(EVP_sha256(), h->key, h->keylen, data, n, md, &len);
+    memcpy(out, md, TAG);
+}
+
+/* A new agent: ``fd`` a bound, non-blocking UDP socket with SO_TIMESTAMPING set; ``me`` this
+ * VM's probe id; peer k has probe id ``ids[k]`` and address ``ips[k]`` (network order), all on
+ * ``port``; probes are ``size`` bytes; ``key`` (``keylen`` 0: none) the HMAC key; ``seq`` and
+ * ``pair_seq`` the first probe sequence and pair id; ``conv`` NULL or the VM clock. NULL when
+ * out of memory, ``size`` is not 56..1472 or the key is longer than 256 bytes. */
+struct nsp *nsp_new(int fd, uint32_t me, int npeers, const uint32_t *ids, const uint32_t *ips,
+                    int port, int size, const unsigned char *key, int keylen, uint64_t seq,
+                    uint32_t pair_seq, conv_fn conv)
+{
+    if (keylen < 0 || keylen > 256 || size < HDR || size > 1472)
+        return NULL;
+    struct nsp *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->peers = calloc(npeers ? npeers : 1, sizeof *h->peers);
+    if (!h->peers) {
+        free(h);
+        return NULL;
+    }
+    h->fd = fd, h->me = me, h->npeers = npeers, h->port = port, h->size = size;
+    memcpy(h->key, key, keylen);
+    h->keylen = keylen, h->seq = seq, h->pair_seq = pair_seq, h->conv = conv;
+    for (int k = 0; k < npeers; k++) {
+        h->peers[k].id = ids[k];
+        h->peers[k].ip = ips[k];
+        h->peers[k].rx_tick = -1;
+    }
+    return h;
+}
+
+void nsp_free(struct nsp *h)
+{
+    if (h) {
+        free(h->peers);
+        free(h);
+    }
+}
+
+const struct nsp_counters *nsp_counters(const struct nsp *h) { return &h->c; }
+
+/* ---- error queue: TX stamps ---------------------------------------------------------- */
+static void tx_stamp(struct nsp *h, uint64_t seq, int64_t stamp)
+{
+    struct pend *e = &h->pending[seq % PENDING];
+    if (!stamp || !e->used || e->seq != seq)
+        return;
+    e->used = 0;
+    struct peer *p = &h->peers[e->peer];
+    if (p->sent && p->last_pair == e->pair_id) {
+        p->tx[e->idx] = to_vm(h, stamp);
+        p->have_tx[e->idx] = 1;
+    }
+}
+
+static void drain_errqueue(struct nsp *h)
+{
+    struct mmsghdr m[BATCH];
+    struct iovec v[BATCH];
+    for (;;) {
+        for (int i = 0; i < BATCH; i++) {
+            v[i] = (struct iovec){h->errq[i], SLOT};
+            m[i].msg_hdr = (struct msghdr){.msg_iov = &v[i], .msg_iovlen = 1,
+                                           .msg_control = h->ctl[i], .msg_controllen = CTL};
+        }
+        int n = recvmmsg(h->fd, m, BATCH, MSG_ERRQUEUE | MSG_DONTWAIT, NULL);
+        if (n < 0) {
+            if (errno != EAGAIN && errno != EINTR)
+                h->c.errqueue_errors++;
+            return;
+        }
+        for (int i = 0; i < n; i++) {
+            /* the queued packet may carry L2/L3/L4 headers: the probe is its tail */
+            int tail = (int)m[i].msg_len - h->size;
+            const unsigned char *p = h->errq[i] + tail;
+            if (tail >= 0 && get_be(p, 2) == MAGIC)
+                tx_stamp(h, get_be(p + 12, 8), stamp_of(&m[i].msg_hdr));
+        }
+        if (n < BATCH)
+            return;
+    }
+}
+
+/* ---- receiving ----------------------------------------------------------------------- */
+static int replay_ok(struct peer *p, uint64_t seq)
+{
+    if (!p->seen || seq > p->highest) {
+        uint64_t shift = p->seen ? seq - p->highest : WINDOW;
+        if (shift >= WINDOW) {
+            memset(p->window, 0, sizeof p->window);
+        } else {
+            for (uint64_t s = p->highest + 1; s != seq; s++)
+                p->window[s % WINDOW / 64] &= ~(1ULL << (s % 64));
+        }
+        p->seen = 1;
+        p->highest = seq;
+        p->window[seq % WINDOW / 64] |= 1ULL << (seq % 64);
+        return 1;
+    }
+    if (p->highest - seq >= WINDOW || p->window[seq % WINDOW / 64] >> (seq % 64) & 1)
+        return 0;
+    p->window[seq % WINDOW / 64] |= 1ULL << (seq % 64);
+    return 1;
+}
+
+/* Validate one datagram from ``ip`` (network order), as ProbeFilter.check: the peer's index,
+ * or -1 with the reason counted. */
+int nsp_check(struct nsp *h, const unsigned char *d, int n, uint32_t ip)
+{
+    int reason;
+    if (n < HDR) {
+        reason = R_SHORT;
+    } else if (get_be(d, 2) != MAGIC) {
+        reason = R_MAGIC;
+    } else if (d[2] != VERSION) {
+        reason = R_VERSION;
+    } else if (h->keylen && !(d[3] & F_AUTH)) {
+        reason = R_NO_AUTH;
+    } else if (h->keylen && n < HDR + TAG) {
+        reason = R_SHORT;
+    } else if (!h->keylen && d[3] & F_AUTH) {
+        reason = R_UNEXPECTED_AUTH;
+    } else {
+        if (h->keylen) {
+            unsigned char t[TAG];
+            tag(h, d, n - TAG, t);
+            if (CRYPTO_memcmp(t, d + n - TAG, TAG)) {
+                h->c.rejects[R_HMAC]++;
+                return -1;
+            }
+        }
+        uint32_t src = get_be(d + 4, 4);
+        int k = 0;
+        while (k < h->npeers && h->peers[k].id != src)
+            k++;
+        if (d[24] > 1)
+            reason = R_FIELD;
+        else if (k == h->npeers)
+            reason = R_SENDER;
+        else if (h->peers[k].ip != ip)
+            reason = R_SRC;
+        else if (get_be(d + 8, 4) != h->me)
+            reason = R_DST;
+        else if (!replay_ok(&h->peers[k], get_be(d + 12, 8)))
+            reason = R_REPLAY;
+        else {
+            h->c.probes_rx++;
+            return k;
+        }
+    }
+    h->c.rejects[reason]++;
+    return -1;
+}
+
+static struct pair *pair_get(struct peer *p, uint32_t pair_id, int create)
+{
+    struct pair *oldest = NULL, *free_slot = NULL;
+    int used = 0;
+    for (int i = 0; i <= INFLIGHT; i++) {
+        struct pair *e = &p->inflight[i];
+        if (!e->used) {
+            free_slot = free_slot ? free_slot : e;
+            continue;
+        }
+        if (e->pair_id == pair_id)
+            return e;
+        used++;
+        if (!oldest || e->order < oldest->order)
+            oldest = e;
+    }
+    if (!create)
+        return NULL;
+    if (used >= INFLIGHT) { /* keep the newest 64, as the Python agent's OrderedDict */
+        oldest->used = 0;
+        free_slot = oldest;
+    }
+    *free_slot = (struct pair){.pair_id = pair_id, .used = 1, .order = p->orders++};
+    return free_slot;
+}
+
+/* One valid probe from peer k: keep its RX stamp; a follow-up completes an earlier pair. */
+static int take(struct nsp *h, int k, const unsigned char *d, int64_t stamp,
+                  struct nsp_record *rec, int nrec, int *rx_peers, int *nrx)
+{
+    struct peer *p = &h->peers[k];
+    int64_t rx;
+    if (stamp) {
+        rx = to_vm(h, stamp);
+    } else {
+        h->c.rx_user_stamps++;
+        rx = to_vm(h, realtime_ns());
+    }
+    if (p->rx_tick != h->tick) {
+        p->rx_tick = h->tick;
+        rx_peers[(*nrx)++] = k;
+    }
+    struct pair *e = pair_get(p, get_be(d + 20, 4), 1);
+    int idx = d[24];
+    e->rx[idx] = rx;
+    e->have[idx] = 1;
+    if (!(d[3] & F_FOLLOWUP))
+        return nrec;
+    uint32_t fu = get_be(d + 36, 4);
+    struct pair *done = pair_get(p, fu, 0);
+    if (!done)
+        return nrec;
+    done->used = 0;
+    for (int i = 0; i < 2; i++) {
+        if (done->have[i])
+            rec[nrec++] = (struct nsp_record){.peer = k, .pair_id = fu, .idx = i,
+                                              .tx_ns = (int64_t)get_be(d + 40 + 8 * i, 8),
+                                              .rx_ns = done->rx[i]};
+    }
+    return nrec;
+}
+
+/* ---- sending ------------------------------------------------------------------------- */
+static void encode(struct nsp *h, unsigned char *b, int dst, uint32_t pair_id, int idx,
+                   int64_t tx_ns, int flags, uint32_t fu, int64_t fu0, int64_t fu1)
+{
+    memset(b, 0, h->size);
+    put_be(b, MAGIC, 2);
+    b[2] = VERSION;
+    b[3] = flags | (h->keylen ? F_AUTH : 0);
+    put_be(b + 4, h->me, 4);
+    put_be(b + 8, h->peers[dst].id, 4);
+    put_be(b + 12, h->seq, 8);
+    put_be(b + 20, pair_id, 4);
+    b[24] = idx;
+    put_be(b + 28, (uint64_t)tx_ns, 8);
+    put_be(b + 36, fu, 4);
+    put_be(b + 40, (uint64_t)fu0, 8);
+    put_be(b + 48, (uint64_t)fu1, 8);
+    if (h->keylen)
+        tag(h, b, h->size - TAG, b + h->size - TAG);
+}
+
+static void send_pairs(struct nsp *h, const int *due, int ndue)
+{
+    struct sockaddr_in to[2 * BATCH];
+    struct mmsghdr m[2 * BATCH];
+    struct iovec v[2 * BATCH];
+    int npk = 0;
+    int64_t tx_ns = to_vm(h, realtime_ns());
+    uint64_t seq0 = h->seq;
+    for (int j = 0; j < ndue && j < BATCH; j++) {
+        struct peer *p = &h->peers[due[j]];
+        uint32_t pid = h->pair_seq++;
+        int flags = 0;
+        uint32_t fu = 0;
+        int64_t fu0 = 0, fu1 = 0;
+        if (p->sent && p->have_tx[0] && p->have_tx[1]) {
+            flags = F_FOLLOWUP, fu = p->last_pair, fu0 = p->tx[0], fu1 = p->tx[1];
+        } else if (p->sent && p->have_user[0] && p->have_user[1]) {
+            h->c.tx_user_stamps += 2;
+            flags = F_FOLLOWUP | F_FU_USER, fu = p->last_pair;
+            fu0 = to_vm(h, p->user[0]), fu1 = to_vm(h, p->user[1]);
+        }
+        p->sent = 1, p->last_pair = pid;
+        p->have_tx[0] = p->have_tx[1] = p->have_user[0] = p->have_user[1] = 0;
+        for (int i = 0; i < 2; i++, npk++, h->seq++) {
+            encode(h, h->tx[npk], due[j], pid, i, tx_ns, flags, fu, fu0, fu1);
+            to[npk] = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons(h->port),
+                                           .sin_addr.s_addr = p->ip};
+            v[npk] = (struct iovec){h->tx[npk], h->size};
+            m[npk].msg_hdr = (struct msghdr){.msg_name = &to[npk], .msg_namelen = sizeof to[npk],
+                                             .msg_iov = &v[npk], .msg_iovlen = 1};
+        }
+    }
+    for (int k = 0; k < npk;) {
+        int64_t user = realtime_ns();
+        int r = sendmmsg(h->fd, m + k, npk - k, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            h->c.send_errors[errno < MAX_ERRNO ? errno : 0]++;
+            k++;            /* skip the datagram that failed, send the rest */
+            continue;
+        }
+        for (int i = 0; i < r; i++, k++) {
+            int peer = due[k / 2], idx = k % 2;
+            struct peer *p = &h->peers[peer];
+            p->user[idx] = user;
+            p->have_user[idx] = 1;
+            struct pend *e = &h->pending[(seq0 + k) % PENDING];
+            if (e->used)
+                h->c.tx_stamps_missing++;
+            *e = (struct pend){.seq = seq0 + k, .peer = peer, .idx = idx,
+                               .pair_id = p->last_pair, .used = 1};
+            h->c.probes_tx++;
+        }
+    }
+}
+
+/* One tick: drain the error queue, drain the receive queue into ``rec`` (room for ``nrec``
+ * records; stops reading when fewer than 2 x 64 are left: the caller calls again with
+ * ``ndue`` 0 while the return value is >= 0 and ``*more`` is set), then send a pair to each
+ * of the ``ndue`` peers in ``due`` (at most 64; indices into the peer table). ``rx_peers``
+ * gets the peers that sent a valid probe in this tick (``*nrx`` of them). Returns the number
+ * of records. */
+int nsp_tick(struct nsp *h, const int *due, int ndue, struct nsp_record *rec, int nrec,
+             int *rx_peers, int *nrx, int *more)
+{
+    struct sockaddr_in from[BATCH];
+    struct mmsghdr m[BATCH];
+    struct iovec v[BATCH];
+    int out = 0;
+    h->tick++;
+    *nrx = 0;
+    *more = 0;
+    drain_errqueue(h);
+    for (;;) {
+        if (nrec - out < 2 * BATCH) {
+            *more = 1;
+            break;
+        }
+        for (int i = 0; i < BATCH; i++) {
+            v[i] = (struct iovec){h->rx[i], SLOT};
+            m[i].msg_hdr = (struct msghdr){.msg_name = &from[i], .msg_namelen = sizeof from[i],
+                                           .msg_iov = &v[i], .msg_iovlen = 1,
+                                           .msg_control = h->ctl[i], .msg_controllen = CTL};
+        }
+        int n = recvmmsg(h->fd, m, BATCH, MSG_DONTWAIT, NULL);
+        if (n < 0) {
+            if (errno != EAGAIN && errno != EINTR)
+                h->c.recv_errors++;
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            int len = m[i].msg_len > SLOT ? SLOT : (int)m[i].msg_len;
+            int k = nsp_check(h, h->rx[i], len, from[i].sin_addr.s_addr);
+            if (k >= 0)
+                out = take(h, k, h->rx[i], stamp_of(&m[i].msg_hdr), rec, out, rx_peers, nrx);
+        }
+        if (n < BATCH)
+            break;
+    }
+    if (ndue > 0)
+        send_pairs(h, due, ndue);
+    return out;
+}

@@ -1,0 +1,183 @@
+"""The agent's datagram path, compiled: ``libnslabprobeio.so`` (``agents/native/probeio.c``,
+built by ``make setup``), loaded with ctypes.
+
+Why compiled (issue 14: an agent at its default rate, 20 pairs/s to each of 7 peers, at most
+1 % of a core): the Python agent cost 2-3 % of a core, and most of it was per-datagram
+Python, not the kernel: the same system calls without any logic cost 1.7-2.7 % from Python,
+0.6 % from C and 0.5 % from C with one ``sendmmsg``/``recvmmsg`` per queue and tick
+(``benchmarks/agent_cost.py``); batching the system calls alone left the agent at 2.1-3.1 %.
+So everything done per datagram is in C: encoding (and the HMAC tag), sending, matching TX
+stamps from the error queue, validating received probes (``agents.probe.ProbeFilter``'s
+checks, in its order), pairing them with their follow-ups; Python, once per tick, says which
+peers are due and gets back the finished records. Schedule, peers, clock, reports and the
+counters' meaning stay in ``agents.agent``.
+
+Stamps: the C side turns kernel stamps into the VM clock with ``convert`` (here: a ctypes
+callback into ``agents.clock``'s formula), or takes them as they are when ``convert`` is None,
+which is the case in a lab VM (``vmclock`` preloaded: the kernel's stamps and the system clock
+already are the VM clock) and on a real VM.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import socket
+import struct
+from collections.abc import Callable
+
+from agents.probe import REASONS
+
+__all__ = ["LIBRARY", "ProbeIO", "ProbeIOError", "Record", "load"]
+
+NATIVE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native")
+LIBRARY = os.path.join(NATIVE_DIR, "libnslabprobeio.so")
+SOURCE = os.path.join(NATIVE_DIR, "probeio.c")
+BATCH = 64          # pairs sent per call (probeio.c's BATCH)
+RECORDS = 512       # records per call (at least 2 x BATCH more than a batch needs)
+MAX_ERRNO = 256
+Record = struct.Struct("=iIiiqq")
+"""``struct nsp_record``: peer index, pair_id, idx, (pad), tx_ns, rx_ns."""
+
+_CONV = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)
+_u32p = ctypes.POINTER(ctypes.c_uint32)
+_intp = ctypes.POINTER(ctypes.c_int)
+_lib: ctypes.CDLL | None = None
+
+
+class Counters(ctypes.Structure):
+    """``struct nsp_counters`` (probeio.c): what the C side counted since the start."""
+
+    _fields_ = [("probes_tx", ctypes.c_int64), ("probes_rx", ctypes.c_int64),
+                ("tx_user_stamps", ctypes.c_int64), ("rx_user_stamps", ctypes.c_int64),
+                ("tx_stamps_missing", ctypes.c_int64), ("errqueue_errors", ctypes.c_int64),
+                ("recv_errors", ctypes.c_int64), ("rejects", ctypes.c_int64 * len(REASONS)),
+                ("send_errors", ctypes.c_int64 * MAX_ERRNO)]
+
+
+class ProbeIOError(RuntimeError):
+    """The compiled datagram path is missing, older than its source, or does not load."""
+
+
+def load() -> ctypes.CDLL:
+    """``libnslabprobeio.so``, loaded once.
+
+    Raises:
+        ProbeIOError: missing, older than ``probeio.c``, or not loadable; the message says to
+            run ``make setup``.
+    """
+    global _lib
+    if _lib is not None:
+        return _lib
+    if not os.path.exists(LIBRARY):
+        raise ProbeIOError(f"the agent's compiled datagram path {LIBRARY} is missing: run "
+                           "`make setup` (it builds it with gcc and libssl-dev)")
+    if os.path.exists(SOURCE) and os.path.getmtime(LIBRARY) < os.path.getmtime(SOURCE):
+        raise ProbeIOError(f"{LIBRARY} is older than {SOURCE}: run `make setup` to rebuild it")
+    try:
+        lib = ctypes.CDLL(LIBRARY)
+    except OSError as e:
+        raise ProbeIOError(f"cannot load {LIBRARY} ({e}): run `make setup`") from e
+    lib.nsp_new.restype = ctypes.c_void_p
+    lib.nsp_new.argtypes = [ctypes.c_int, ctypes.c_uint32, ctypes.c_int, _u32p, _u32p,
+                            ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
+                            ctypes.c_uint64, ctypes.c_uint32, _CONV]
+    lib.nsp_free.argtypes = [ctypes.c_void_p]
+    lib.nsp_free.restype = None
+    lib.nsp_counters.argtypes = [ctypes.c_void_p]
+    lib.nsp_counters.restype = ctypes.POINTER(Counters)
+    lib.nsp_check.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32]
+    lib.nsp_check.restype = ctypes.c_int
+    lib.nsp_tick.argtypes = [ctypes.c_void_p, _intp, ctypes.c_int, ctypes.c_void_p,
+                             ctypes.c_int, _intp, _intp, _intp]
+    lib.nsp_tick.restype = ctypes.c_int
+    _lib = lib
+    return lib
+
+
+def _ip(text: str) -> int:
+    """IPv4 address as the C side holds it (network order in a native uint32)."""
+    return struct.unpack("=I", socket.inet_aton(text))[0]
+
+
+class ProbeIO:
+    """One agent's probe socket driven from C.
+
+    Args:
+        sock: bound, non-blocking UDP socket with ``SO_TIMESTAMPING`` set (kept open by the
+            caller while this object lives).
+        me: this VM's probe id (``agents.probe.node_id``).
+        peers: ``[(probe id, IPv4 address)]``; peers are named by their index in this list.
+        port: the peers' UDP port.
+        size: probe datagram size, bytes (56..1472; with a key, the last 16 are the tag).
+        key: HMAC key or None.
+        seq: first probe sequence; pair_seq: first pair id.
+        convert: CLOCK_REALTIME ns -> VM clock ns, or None for the identity.
+
+    Raises:
+        ProbeIOError: see ``load``; ValueError: bad size or key (longer than 256 bytes).
+    """
+
+    def __init__(self, sock: socket.socket, me: int, peers: list[tuple[int, str]], port: int,
+                 size: int, key: bytes | None, seq: int, pair_seq: int,
+                 convert: Callable[[int], int] | None):
+        self.lib = load()
+        n = len(peers)
+        ids = (ctypes.c_uint32 * max(n, 1))(*(i for i, _ in peers))
+        ips = (ctypes.c_uint32 * max(n, 1))(*(_ip(ip) for _, ip in peers))
+        self._conv = _CONV(convert) if convert is not None else _CONV()  # kept alive here
+        key = key or b""
+        self.h = self.lib.nsp_new(sock.fileno(), me, n, ids, ips, port, size, key, len(key),
+                                  seq, pair_seq, self._conv)
+        if not self.h:
+            raise ValueError(f"probe size {size} outside 56..1472 or key over 256 bytes")
+        self.counters = self.lib.nsp_counters(self.h).contents
+        self._due = (ctypes.c_int * BATCH)()
+        self._rec = ctypes.create_string_buffer(RECORDS * Record.size)
+        self._rx_peers = (ctypes.c_int * max(n, 1))()
+        self._nrx, self._more = ctypes.c_int(), ctypes.c_int()
+
+    def tick(self, due: list[int]) -> tuple[list[tuple], list[int]]:
+        """Drain both queues and send a pair to each peer index in ``due``; returns the
+        finished records ``(peer, pair_id, idx, tx_ns, rx_ns)`` (tx on the sender's VM clock,
+        rx on this VM's) and the peers that sent a valid probe."""
+        lib, h = self.lib, self.h
+        records: list[tuple] = []
+        heard: list[int] = []
+        first = due[:BATCH]
+        for k, p in enumerate(first):
+            self._due[k] = p
+        while True:
+            n = lib.nsp_tick(h, self._due, len(first), self._rec, RECORDS, self._rx_peers,
+                             ctypes.byref(self._nrx), ctypes.byref(self._more))
+            records += Record.iter_unpack(ctypes.string_at(self._rec, n * Record.size))
+            heard += self._rx_peers[:self._nrx.value]
+            first = []
+            if not self._more.value:
+                break
+        if len(due) > BATCH:
+            more, heard_more = self.tick(due[BATCH:])
+            records += more
+            heard += heard_more
+        return records, heard
+
+    def check(self, data: bytes, ip: str) -> int:
+        """Validate one datagram as the receive path does: the sender's peer index, or -1
+        (the reason counted in ``counters.rejects``). For tests: it updates replay windows."""
+        return self.lib.nsp_check(self.h, data, len(data), _ip(ip))
+
+    def rejects(self) -> dict[str, int]:
+        """Rejected datagrams by reason (``agents.probe.REASONS``), non-zero ones."""
+        return {r: n for r, n in zip(REASONS, self.counters.rejects, strict=True) if n}
+
+    def send_errors(self) -> dict[str, int]:
+        """Failed sends by errno name, non-zero ones."""
+        return {errno.errorcode.get(e, str(e)): n
+                for e, n in enumerate(self.counters.send_errors) if n}
+
+    def close(self) -> None:
+        """Free the C side (the socket is the caller's); ``counters`` keep their last values."""
+        if self.h:
+            self.counters = Counters.from_buffer_copy(self.counters)
+            self.lib.nsp_free(self.h)
+            self.h = None

@@ -1,0 +1,162 @@
+"""The agent's compiled datagram path (agents/native/probeio.c through agents.probeio) on real
+loopback sockets with real kernel timestamps, no root: the probes it sends decode with
+``agents.probe.decode`` (the documented wire format) and carry the kernel TX stamps of the
+previous pair; the records it emits have the right peer, pair, index and stamps; its
+validation counts exactly what ``ProbeFilter`` counts, reason by reason."""
+import os
+import socket
+import time
+
+import pytest
+
+from agents.agent import SO_TIMESTAMPING, TS_FLAGS
+from agents.probe import AUTH, FOLLOWUP, REASONS, Probe, ProbeFilter, decode, encode, node_id
+from agents.probeio import ProbeIO
+
+A, B, C = "127.0.0.1", "127.0.0.2", "127.0.0.3"
+KEY = bytes.fromhex("5eed" * 8)
+
+
+def probe_socket(ip: str, port: int = 0) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, TS_FLAGS)
+    s.bind((ip, port))
+    s.setblocking(False)
+    return s
+
+
+def kernel_rx(sock: socket.socket) -> list[tuple[bytes, int]]:
+    """Every datagram waiting on ``sock`` with its kernel RX stamp (ns)."""
+    out = []
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        try:
+            data, anc, _, _ = sock.recvmsg(2048, 512)
+        except BlockingIOError:
+            if out:
+                return out
+            time.sleep(0.01)
+            continue
+        sec, nsec = int.from_bytes(anc[0][2][:8], "little"), int.from_bytes(anc[0][2][8:16],
+                                                                          "little")
+        out.append((data, sec * 1_000_000_000 + nsec))
+    return out
+
+
+@pytest.mark.parametrize("key", [None, KEY], ids=["plain", "hmac"])
+def test_sent_pairs_decode_and_carry_kernel_tx_stamps(key):
+    a = probe_socket(A)
+    port = a.getsockname()[1]
+    c = probe_socket(C, port)
+    io = ProbeIO(a, node_id("a"), [(node_id("c"), C)], port, 100, key, seq=5000,
+                 pair_seq=0xFFFFFFFF, convert=None)
+    try:
+        t0 = time.time_ns()
+        io.tick([0])
+        first = kernel_rx(c)
+        io.tick([0])  # reads the TX stamps of the first pair, sends the second
+        second = kernel_rx(c)
+        probes = [decode(d, key) for d, _ in first + second]
+        assert [len(d) for d, _ in first + second] == [100] * 4
+        assert [p.seq for p in probes] == [5000, 5001, 5002, 5003]
+        assert [p.pair_id for p in probes] == [0xFFFFFFFF, 0xFFFFFFFF, 0, 0]  # wraps
+        assert [p.idx for p in probes] == [0, 1, 0, 1]
+        assert all(p.src == node_id("a") and p.dst == node_id("c") for p in probes)
+        assert all(bool(p.flags & AUTH) == bool(key) for p in probes)
+        assert [p.flags & FOLLOWUP for p in probes] == [0, 0, FOLLOWUP, FOLLOWUP]
+        for p in probes[2:]:  # the follow-up: the kernel TX stamps of the first pair
+            assert p.fu_pair_id == 0xFFFFFFFF
+            assert t0 <= p.fu_tx0_ns <= p.fu_tx1_ns
+            assert p.fu_tx0_ns <= first[0][1] and p.fu_tx1_ns <= first[1][1]
+            assert first[1][1] - p.fu_tx1_ns < 50_000_000
+        assert io.counters.probes_tx == 4 and io.counters.tx_user_stamps == 0
+    finally:
+        io.close()
+        a.close()
+        c.close()
+
+
+def test_records_round_trip_between_two_agents():
+    a, b = probe_socket(A), probe_socket(B)
+    port = a.getsockname()[1]
+    b.close()
+    b = probe_socket(B, port)
+    shift = 10**9  # B's VM clock: the machine's + 1 s (through the conversion callback)
+    ia = ProbeIO(a, node_id("a"), [(node_id("x"), C), (node_id("b"), B)], port, 56, None,
+                 seq=1, pair_seq=7, convert=None)
+    ib = ProbeIO(b, node_id("b"), [(node_id("a"), A)], port, 56, None, seq=1, pair_seq=0,
+                 convert=lambda ns: ns + shift)
+    try:
+        records = []
+        t0 = time.time_ns()
+        for _ in range(3):  # pairs 7, 8, 9 from a to b: 7 and 8 are completed
+            ia.tick([1])
+            time.sleep(0.05)
+            got, heard = ib.tick([])
+            records += got
+            assert heard == [0]
+        assert [r[:3] for r in records] == [(0, 7, 0), (0, 7, 1), (0, 8, 0), (0, 8, 1)]
+        for _, _, _, _, tx, rx in records:
+            assert t0 <= tx < rx - shift <= time.time_ns()
+            assert rx - shift - tx < 50_000_000  # loopback: kernel stamps us apart
+        assert ib.counters.probes_rx == 6 and ib.counters.rx_user_stamps == 0
+        assert ia.counters.probes_rx == 0 and ib.rejects() == {}
+    finally:
+        ia.close()
+        ib.close()
+        a.close()
+        b.close()
+
+
+def test_validation_counts_what_probefilter_counts():
+    sock = probe_socket(A)
+    peers = {"p1": B, "p2": C}
+    flt = ProbeFilter("me", peers, KEY)
+    io = ProbeIO(sock, node_id("me"), [(node_id(n), ip) for n, ip in peers.items()], 7701, 72,
+                 KEY, seq=0, pair_seq=0, convert=None)
+
+    def probe(seq, src="p1", dst="me", idx=0, key=KEY, size=72):
+        return encode(Probe(node_id(src), node_id(dst), seq, 3, idx, 5), key, size)
+
+    good = probe(1000)
+    tampered = bytearray(good)
+    tampered[30] ^= 1
+    bad_version = bytearray(good)
+    bad_version[2] = 2
+    cases = [(good, B), (good, B), (probe(999), B), (probe(1000 - 256), B), (probe(1001), C),
+             (probe(1002, src="zz"), B), (probe(1003, dst="p2"), B), (probe(1004, idx=2), B),
+             (probe(1005, key=None), B), (bytes(tampered), B), (bytes(bad_version), B),
+             (b"NS" + bytes(60), B), (good[:40], B), (b"\x00" * 72, B), (probe(1006), B),
+             (probe(1005, src="p2"), C), (probe(990), B)]
+    try:
+        for data, ip in cases:
+            want = flt.check(data, ip)
+            got = io.check(data, ip)
+            assert (got == -1) == (want is None), (data, ip)
+            if want is not None:
+                assert list(peers)[got] == want[0]
+        assert io.rejects() == dict(flt.rejects)
+        assert set(io.rejects()) == set(REASONS) - {"unexpected_auth"}
+        assert io.counters.probes_rx == flt.accepted
+        noauth = ProbeIO(sock, node_id("me"), [(node_id("p1"), B)], 7701, 56, None, seq=0,
+                         pair_seq=0, convert=None)
+        assert noauth.check(good, B) == -1 and noauth.rejects() == {"unexpected_auth": 1}
+        noauth.close()
+    finally:
+        io.close()
+        sock.close()
+
+
+def test_missing_or_stale_library_names_make_setup(tmp_path, monkeypatch):
+    from agents import probeio
+    from agents.agent import Agent, AgentConfig
+
+    monkeypatch.setattr(probeio, "_lib", None)
+    monkeypatch.setattr(probeio, "LIBRARY", str(tmp_path / "libnslabprobeio.so"))
+    cfg = AgentConfig(name="vm1", bind=A, peers={"vm2": B}, coordinator=(A, 9), port=0)
+    with pytest.raises(probeio.ProbeIOError, match="missing: run `make setup`"):
+        Agent(cfg)
+    (tmp_path / "libnslabprobeio.so").write_bytes(b"")
+    os.utime(tmp_path / "libnslabprobeio.so", (0, 0))
+    with pytest.raises(probeio.ProbeIOError, match="older than .*run `make setup`"):
+        probeio.load()
