@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from lab.capabilities import require_root
 from lab.errors import LabError, ScenarioError, ScenarioProblem
-from session.exercise_checks import KINDS, Kind, Verdict
+from session.exercise_checks import KINDS, Kind, Live, Verdict
 from session.scenario import Scenario, load, load_model
 from session.session import Session
 from session.topology import build
@@ -178,13 +178,13 @@ def start(ex: Exercise, seed: int, directory: str | Path = DEFAULT_DIR,
     session.start()
     try:
         session.wait()
-        links = session.links()
+        live = Live(session.links(), session.vms())
     finally:
         session.stop()
     doc = session.results()
     record = {"schema": RECORD, "exercise": ex.name, "seed": seed, "truth": prep.truth,
               "scenario": prep.data, "results": doc,
-              "observations": ex.kind.observe(doc, session.agents_state, links, prep.truth)}
+              "observations": ex.kind.observe(doc, session.agents_state, live, prep.truth)}
     write_private(record_path(directory, ex.name), json.dumps(record, indent=1))
     observations_path(directory, ex.name).write_text(
         json.dumps(record["observations"], indent=1) + "\n")

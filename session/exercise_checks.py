@@ -57,6 +57,15 @@ class Verdict:
         return "\n".join(lines)
 
 
+@dataclass
+class Live:
+    """The lab's counters at the end of an exercise's run: ``links``
+    (``lab.observe.LinkState``) and ``vms`` (``lab.observe.VmState``: CPU time per VM)."""
+
+    links: list = field(default_factory=list)
+    vms: list = field(default_factory=list)
+
+
 class NoParams(_Strict):
     """This kind takes no parameters."""
 
@@ -73,11 +82,11 @@ class Kind:
         truth (JSON)."""
         return {}
 
-    def observe(self, doc: dict, agents, links: list, truth: dict) -> dict:
+    def observe(self, doc: dict, agents, live: Live, truth: dict) -> dict:
         """What the student is shown after the run (JSON): from the results document
         ``doc``, the coordinator's last state ``agents`` (``CoordinatorState`` or None), the
-        links' counters at the end (``lab.observe.LinkState``) and the drawn ``truth`` (to
-        know where to look, never to tell)."""
+        lab's counters at the end (``live``) and the drawn ``truth`` (to know where to look,
+        never to tell)."""
         return {}
 
     def check_scenario(self, answer, record: dict, params) -> dict | None:
@@ -117,7 +126,7 @@ class Colocated(Kind):
         sc["placement"].update(strategy="random", map=None)
         return {}
 
-    def observe(self, doc, agents, links, truth):
+    def observe(self, doc, agents, live, truth):
         """The estimates of the last settled window (its drift no longer provisional: the
         last ``drift_windows // 2`` windows' are one-sided, hence noisier)."""
         settled = agents.drift_windows // 2 + 1 if agents is not None else 0
@@ -195,7 +204,7 @@ class Congested(Kind):
             t, k = t + p.on_s + p.off_s, k + 1
         return {"link": f"{vm}->{leaf}" if up else f"{leaf}->{vm}"}
 
-    def observe(self, doc, agents, links, truth):
+    def observe(self, doc, agents, live, truth):
         owd = (doc.get("owd_us") or {}).get("pairs") or {}
         return {"owd_us": {pair: {q: _round(s.get(f"{q}_us")) for q in ("p50", "p99")}
                            for pair, s in sorted(owd.items(), key=lambda kv: natural_key(
@@ -227,7 +236,9 @@ class SlowdownParams(_Strict):
 class Slowdown(Kind):
     """Why one of two identical jobs is slower. The seed picks one VM of the slow job and
     the cause: a CPU hog in the VM sharing its physical host (a noisy neighbour), or its
-    link's rate cut. The student sees both jobs' iteration, collective and compute times."""
+    link's rate cut. The student sees both jobs' iteration, collective and compute times and
+    every VM's CPU time over the run (a straggler's compute shows as its peer's wait in the
+    collective, so the times alone do not tell the causes apart)."""
 
     Answer = CauseAnswer
     Params = SlowdownParams
@@ -246,7 +257,7 @@ class Slowdown(Kind):
                              "mbit": p.rate_mbit})
         return {"cause": "link", "vm": vm}
 
-    def observe(self, doc, agents, links, truth):
+    def observe(self, doc, agents, live, truth):
         out = {}
         for job in doc.get("jobs") or []:
             it, comm = job.get("iteration_s") or {}, job.get("comm_s") or {}
@@ -257,7 +268,8 @@ class Slowdown(Kind):
                                   if it.get("p50") is not None and comm.get("p50") is not None
                                   else None),
                 "error": job.get("error")}
-        return {"jobs": out}
+        return {"jobs": out, "cpu_s": {v.name: round(v.cpu_ns / 1e9, 2) for v in sorted(
+            live.vms, key=lambda v: natural_key(v.name)) if v.cpu_ns is not None}}
 
     def check(self, answer, record, params):
         right = answer.cause == record["truth"]["cause"]
@@ -300,10 +312,10 @@ class Ecmp(Kind):
             flows.append({"flow": f"{src}->{dst}", "mbit": mbit})
         return {"flows": flows, "slots": sc["topology"]["spines"], "leaf": leaves[0]}
 
-    def observe(self, doc, agents, links, truth):
+    def observe(self, doc, agents, live, truth):
         return {"flows": [{k: f.get(k) for k in ("src", "dst", "requested_mbit", "mbit")}
                           for f in doc.get("load") or []],
-                "uplink_bytes": {f"{lk.a}->{lk.b}": lk.tx_bytes[0] for lk in links
+                "uplink_bytes": {f"{lk.a}->{lk.b}": lk.tx_bytes[0] for lk in live.links
                                  if lk.a == truth["leaf"] and lk.b.startswith("spine")}}
 
     def check(self, answer, record, p):
@@ -362,7 +374,7 @@ class Pacer(Kind):
     Answer = PacerSpec
     Params = PacerParams
 
-    def observe(self, doc, agents, links, truth):
+    def observe(self, doc, agents, live, truth):
         return {"jobs": {j["name"]: {"fabric_drops": j.get("fabric_drops"),
                                      "completion_s": j.get("completion_s"),
                                      "retransmits": (j.get("edge") or {}).get("retransmits"),

@@ -13,7 +13,7 @@ import pytest
 from agents.messages import CoordinatorState
 from cli.main import main
 from lab.errors import ScenarioError
-from lab.observe import LinkState
+from lab.observe import LinkState, VmState
 from session import exercise
 from session.exercise_checks import (
     KINDS,
@@ -21,6 +21,7 @@ from session.exercise_checks import (
     DscpAnswer,
     GroupsAnswer,
     LinkAnswer,
+    Live,
     balanced_rates,
 )
 from session.scenario import load
@@ -185,22 +186,25 @@ def test_observations():
         "reference": "vm1", "history": [{"t_ns": 1, "vms": window}] + [
             {"t_ns": 2 + i, "vms": provisional} for i in range(2)]})
     assert KINDS["colocated"].observe({}, state.model_copy(update={"history": state.history[
-        1:]}), [], {}) == {"error": "the agents settled no window"}
-    seen = KINDS["colocated"].observe({}, state, [], {})
+        1:]}), Live(), {}) == {"error": "the agents settled no window"}
+    seen = KINDS["colocated"].observe({}, state, Live(), {})
     assert seen == {"reference": "vm1", "clocks": {"vm1": {"offset_us": 0.0, "drift_ppm": 0.0},
                                                    "vm2": {"offset_us": 1.5,
                                                            "drift_ppm": 3.21}}}
     doc = {"jobs": [{"name": "slow", "iteration_s": {"p50": 0.5}, "comm_s": {"p50": 0.2},
                      "placement": {"vms": ["vm3", "vm7"], "phys": ["phys2", "phys4"]}}]}
-    jobs = KINDS["slowdown"].observe(doc, None, [], {})["jobs"]
-    assert jobs["slow"]["compute_p50_s"] == 0.3 and "phys" not in jobs["slow"]
+    vms = [VmState("vm4", "phys2", "leaf1", False, True, 3_456_000_000, 0, 0.0),
+           VmState("vm3", "phys2", "leaf1", False, False, None, 0, 0.0)]
+    seen = KINDS["slowdown"].observe(doc, None, Live([], vms), {})
+    assert seen["jobs"]["slow"]["compute_p50_s"] == 0.3 and "phys" not in seen["jobs"]["slow"]
+    assert seen["cpu_s"] == {"vm4": 3.46}
     links = [LinkState("leaf1", "spine1", True, 100, 0, 100, (7000, 10), 0),
              LinkState("leaf1", "spine2", True, 100, 0, 100, (3000, 10), 0),
              LinkState("vm1", "leaf1", True, 100, 0, 100, (5000, 10), 0)]
-    seen = KINDS["ecmp"].observe({"load": []}, None, links, {"leaf": "leaf1"})
+    seen = KINDS["ecmp"].observe({"load": []}, None, Live(links), {"leaf": "leaf1"})
     assert seen["uplink_bytes"] == {"leaf1->spine1": 7000, "leaf1->spine2": 3000}
     failed = {"jobs": [{"name": "incast", "error": "rank 2 timed out", "completion_s": None}]}
-    assert KINDS["pacer"].observe(failed, None, [], {})["jobs"]["incast"] == {
+    assert KINDS["pacer"].observe(failed, None, Live(), {})["jobs"]["incast"] == {
         "fabric_drops": None, "completion_s": None, "retransmits": None, "rtos": None,
         "error": "rank 2 timed out"}
 
