@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import itertools
 import math
-import warnings
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from scipy.special import chdtrc  # chi-square survival function, a plain ufunc
@@ -69,11 +69,17 @@ def _low_basis(rel: np.ndarray, min_period: float) -> np.ndarray:
     ``k = min(n - 1, 1 + floor(2 * span / min_period))``."""
     n = rel.size
     span = int(rel[-1]) + 1
-    k = max(1, min(n - 1, 1 + int(2 * span // min_period)))
+    k = _dof(n, span, min_period)
     j = np.arange(k)
     basis = np.cos(np.pi * (rel[:, None] + 0.5) * j[None, :] / span)
     q, _ = np.linalg.qr(basis)
     return q
+
+
+def _dof(n: int | np.ndarray, span: int | np.ndarray, min_period: float) -> int | np.ndarray:
+    """Cosines of the low basis of ``n`` samples over ``span`` windows (``_low_basis``)."""
+    return np.maximum(1, np.minimum(n - 1, 1 + (2 * span // min_period).astype(int))) \
+        if isinstance(n, np.ndarray) else max(1, min(n - 1, 1 + int(2 * span // min_period)))
 
 
 class _Bases:
@@ -113,13 +119,50 @@ class _Cluster:
                         self.ocount + other.ocount)
 
 
+class _Stack(NamedTuple):
+    """Several clusters' series stacked, one row each (``_Cluster``'s arrays, (L, n_windows),
+    and ``sizes`` (L,) members)."""
+
+    total: np.ndarray
+    count: np.ndarray
+    ototal: np.ndarray
+    ocount: np.ndarray
+    sizes: np.ndarray
+
+    @classmethod
+    def of(cls, clusters: list[_Cluster]) -> _Stack:
+        return cls(*(np.array([getattr(c, f) for c in clusters])
+                     for f in ("total", "count", "ototal", "ocount")),
+                   np.array([len(c.members) for c in clusters], dtype=np.float64))
+
+    def take(self, rows: np.ndarray) -> _Stack:
+        return _Stack(*(a[rows] for a in self))
+
+
+class _Pool:
+    """The live clusters' series in preallocated rows by cluster id: a test against all
+    others indexes rows instead of stacking hundreds of arrays per call."""
+
+    def __init__(self, n_ids: int, n_windows: int):
+        self.rows = _Stack(*(np.zeros((n_ids, n_windows)) for _ in range(4)),
+                           np.zeros(n_ids))
+
+    def put(self, cid: int, c: _Cluster) -> None:
+        for arr, v in zip(self.rows[:4], (c.total, c.count, c.ototal, c.ocount), strict=True):
+            arr[cid] = v
+        self.rows.sizes[cid] = len(c.members)
+
+
 def _project(z: np.ndarray, ok: np.ndarray, bases: _Bases, skip_constant: bool
              ) -> tuple[np.ndarray, np.ndarray]:
     """Energy of each row of ``z`` (L, n_windows) on the low cosines of its windows ``ok``:
     ``(S, k)`` arrays (L,), S NaN where fewer than ``MIN_WINDOWS`` windows or no dof."""
     stat = np.full(z.shape[0], np.nan)
     k = np.zeros(z.shape[0], dtype=int)
-    patterns, inv = np.unique(ok, axis=0, return_inverse=True)
+    if (ok == ok[:1]).all():  # complete data: one pattern (np.unique of rows is slow)
+        patterns, inv = ok[:1], np.zeros(ok.shape[0], dtype=int)
+    else:
+        patterns, inv = np.unique(ok, axis=0, return_inverse=True)
     for u, pat in enumerate(patterns):
         if int(pat.sum()) < MIN_WINDOWS:
             continue
@@ -133,64 +176,110 @@ def _project(z: np.ndarray, ok: np.ndarray, bases: _Bases, skip_constant: bool
     return stat, k
 
 
-def _test_many(a: _Cluster, others: list[_Cluster], s2: float, bases: _Bases
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _test_many(a: _Cluster, others: _Stack, s2: float, bases: _Bases
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Low-frequency chi-square of the difference of cluster ``a``'s mean drift series and
     each of L ``others``'.
 
     Per window where both have data: ``z = (mean_a - mean_o) / sqrt(s2 * (1/n_a + 1/n_o))``,
     white N(0, 1) if they share an oscillator, clipped to +-``Z_CLIP``. Returns arrays (L,)
-    ``S = |Q^T z|^2`` (chi-square with k dof under "same host"), ``k`` and ``n`` (windows
-    used); ``S`` is NaN where fewer than ``MIN_WINDOWS`` windows are shared."""
-    totals = np.vstack([o.total for o in others])
-    counts = np.vstack([o.count for o in others])
+    ``S = |Q^T z|^2`` (chi-square with k dof under "same host"), ``k``, ``n`` (windows
+    used) and ``saturated``; ``S`` is NaN where fewer than ``MIN_WINDOWS`` windows are
+    shared. A saturated row (z clipped to the same sign in every window: hosts whose drifts
+    differ by far more than the noise, most pairs of a large cluster) is not projected:
+    the constant lies in the basis, so its S is ``Z_CLIP**2 * n`` exactly."""
+    totals, counts = others.total, others.count
     ok = (a.count > 0)[None, :] & (counts > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = ((a.total / a.count)[None, :] - totals / counts) / np.sqrt(
             s2 * (1.0 / a.count[None, :] + 1.0 / counts))
     z = np.clip(np.where(ok, z, 0.0), -Z_CLIP, Z_CLIP)
-    stat, k = _project(z, ok, bases, skip_constant=False)
-    return stat, k, ok.sum(axis=1)
+    n = ok.sum(axis=1)
+    sat = (n >= MIN_WINDOWS) & ((np.where(ok, z, Z_CLIP) == Z_CLIP).all(axis=1)
+                                | (np.where(ok, z, -Z_CLIP) == -Z_CLIP).all(axis=1))
+    stat = np.full(len(totals), np.nan)
+    k = np.zeros(len(totals), dtype=int)
+    full = np.flatnonzero(~sat)
+    stat[full], k[full] = _project(z[full], ok[full], bases, skip_constant=False)
+    if sat.any():
+        first = ok[sat].argmax(axis=1)
+        last = ok.shape[1] - 1 - ok[sat][:, ::-1].argmax(axis=1)
+        stat[sat] = Z_CLIP ** 2 * n[sat]
+        k[sat] = _dof(n[sat], last - first + 1, bases.min_period)
+    return stat, k, n, sat
 
 
-def _offset_test_many(a: _Cluster, others: list[_Cluster], s2: float, bases: _Bases
+def _offset_test_many(a: _Cluster, others: _Stack, s2: float, bases: _Bases
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The same for offsets (``s2`` in ns^2), over the windows where every member of both
     clusters has an offset; z less its median (the unknown constant) clipped to
     +-``Z_CLIP``, the constant left out of the projection: chi-square with k - 1 dof under
     "same host" (a little less: clipping only shrinks the statistic)."""
-    totals = np.vstack([o.ototal for o in others])
-    counts = np.vstack([o.ocount for o in others])
-    sizes = np.array([len(o.members) for o in others], dtype=np.float64)[:, None]
+    totals, counts, sizes = others.ototal, others.ocount, others.sizes[:, None]
     ok = (a.ocount == len(a.members))[None, :] & (counts == sizes)
     with np.errstate(divide="ignore", invalid="ignore"):
         z = ((a.ototal / len(a.members))[None, :] - totals / sizes) / np.sqrt(
             s2 * (1.0 / len(a.members) + 1.0 / sizes))
     z = np.where(ok, z, np.nan)
-    with warnings.catch_warnings():  # rows without a shared window are all NaN
-        warnings.simplefilter("ignore", RuntimeWarning)
-        centre = np.nanmedian(z, axis=1, keepdims=True)
+    centre = _row_nanmedian(z)[:, None]
     z = np.clip(np.where(ok, z - centre, 0.0), -Z_CLIP, Z_CLIP)
     stat, k = _project(z, ok, bases, skip_constant=True)
     return stat, k, ok.sum(axis=1)
 
 
+def _row_nanmedian(z: np.ndarray) -> np.ndarray:
+    """``np.nanmedian(z, axis=1)`` (NaN for a row without a number; the same floats),
+    without its masked-array path (a millisecond a call)."""
+    srt = np.sort(z, axis=1)  # NaN last
+    c = np.isfinite(z).sum(axis=1)
+    rows = np.arange(z.shape[0])
+    lo, hi = srt[rows, np.maximum(c - 1, 0) // 2], srt[rows, np.minimum(c // 2, z.shape[1] - 1)]
+    return np.where(c > 0, (lo + hi) / 2, np.nan)
+
+
 class _Tests:
     """Both tests of "same host" between clusters: drift always, offsets when given."""
 
-    def __init__(self, s2: float, os2: float | None, bases: _Bases):
-        self.s2, self.os2, self.bases = s2, os2, bases
+    def __init__(self, s2: float, os2: float | None, bases: _Bases, alpha: float):
+        self.s2, self.os2, self.bases, self.alpha = s2, os2, bases, alpha
+
+    def _runs(self, a: _Cluster, others: _Stack) -> list[tuple]:
+        """``(S, k, n)`` arrays of the drift test and, with offsets, of the offset test
+        (``S`` NaN: not enough data). The offset test is left out where the drift test alone
+        already refuses the merge with a saturated statistic (``_test_many``): the least
+        p-value stays below ``alpha`` without it."""
+        stat, k, n, sat = _test_many(a, others, self.s2, self.bases)
+        runs = [(stat, k, n)]
+        if self.os2 is not None:
+            with np.errstate(invalid="ignore"):
+                need = np.flatnonzero(~(sat & (chdtrc(k, stat) < self.alpha)))
+            n_o = len(others.sizes)
+            ostat = np.full(n_o, np.nan)
+            ok_, on = np.zeros(n_o, dtype=int), np.zeros(n_o, dtype=int)
+            if need.size:
+                ostat[need], ok_[need], on[need] = _offset_test_many(
+                    a, others.take(need), self.os2, self.bases)
+            runs.append((ostat, ok_, on))
+        return runs
 
     def many(self, a: _Cluster, others: list[_Cluster]) -> list[list[tuple | None]]:
         """Per other cluster, the ``(S, k, n)`` of each test that had enough data."""
-        runs = [_test_many(a, others, self.s2, self.bases)]
-        if self.os2 is not None:
-            runs.append(_offset_test_many(a, others, self.os2, self.bases))
         out: list[list[tuple | None]] = [[] for _ in others]
-        for stat, k, n in runs:
+        for stat, k, n in self._runs(a, _Stack.of(others)):
             for i, t in enumerate(zip(stat, k, n, strict=True)):
                 out[i].append(None if np.isnan(t[0]) else (float(t[0]), int(t[1]), int(t[2])))
         return out
+
+    def p_values(self, a: _Cluster, others: _Stack) -> np.ndarray:
+        """``p_value`` of ``many``'s tests, for all others at once (the same floats)."""
+        runs = self._runs(a, others)
+        stat, k, _ = runs[0]
+        with np.errstate(invalid="ignore"):
+            p = np.where(np.isnan(stat), -1.0, chdtrc(k, stat))
+            for ostat, ok_, _ in runs[1:]:
+                p = np.where(np.isnan(stat) | np.isnan(ostat), p,
+                             np.minimum(p, chdtrc(ok_, ostat)))
+        return p
 
     @staticmethod
     def p_value(tests: list[tuple | None]) -> float:
@@ -334,18 +423,20 @@ def group(drift_series: dict[str, np.ndarray], sigma_ppm: float, *, alpha: float
     bases = _Bases(min_period_windows)
     s2 = max(sigma_ppm ** 2, _noise_floor(x, finite, bases))
     tests = _Tests(s2, max(offset_sigma_ns ** 2, _offset_noise(o), 1.0)
-                   if offset_series is not None else None, bases)
+                   if offset_series is not None else None, bases, alpha)
     clusters = [_Cluster([i], np.where(finite[i], x[i], 0.0), finite[i].astype(np.float64),
                          np.where(ofinite[i], o[i], 0.0), ofinite[i].astype(np.float64))
                 for i in range(nv)]
     # p-values between live clusters by id (a < b); ids nv.. are merged clusters
     pv = np.full((2 * nv, 2 * nv), -np.inf)
     live = dict(enumerate(clusters))
+    pool = _Pool(2 * nv, x.shape[1])
+    for i, c in live.items():
+        pool.put(i, c)
 
     def score_against(cid: int, others: list[int]) -> None:
         if others:
-            results = tests.many(live[cid], [live[o] for o in others])
-            pv[others, cid] = [tests.p_value(t) for t in results]
+            pv[others, cid] = tests.p_values(live[cid], pool.rows.take(np.array(others)))
 
     for j in range(1, nv):
         score_against(j, list(range(j)))
@@ -358,6 +449,7 @@ def group(drift_series: dict[str, np.ndarray], sigma_ppm: float, *, alpha: float
         pv[[a, b], :] = -np.inf
         pv[:, [a, b]] = -np.inf
         live[next_id] = merged
+        pool.put(next_id, merged)
         score_against(next_id, [c for c in live if c != next_id])
         next_id += 1
     finals = list(live.values())

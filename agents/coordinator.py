@@ -181,7 +181,7 @@ class Coordinator:
             counts: Counter[str] = Counter()
             res = solve_window(k, records, ref, offsets, window_ns=self.window_ns,
                                guard_ns=self.guard_ns, weight_floor_ns=self.weight_floor_ns,
-                               counts=counts) if ref is not None and records else None
+                               counts=counts) if ref is not None and records.dirs else None
             with self.lock:
                 self.counters.update(counts)
                 if res is None:

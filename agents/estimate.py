@@ -19,11 +19,14 @@ NTP on-wire offset and clock filter of RFC 5905 (sections 8 and 10).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["MAX_DRIFT_PPM", "MIN_PROBES", "PairFit", "fit_pair", "line_fit", "ntp_pair",
-           "pure_pairs"]
+from agents import segments
+
+__all__ = ["MAX_DRIFT_PPM", "MIN_PROBES", "PairFit", "PairFits", "Probes", "fit_many", "fit_pair",
+           "line_fit", "ntp_many", "ntp_pair", "pure_pairs"]
 
 MIN_PROBES = 2
 """Fewest probes per direction that ``fit_pair`` and ``ntp_pair`` accept."""
@@ -96,7 +99,7 @@ def _same_len(a: np.ndarray, b: np.ndarray, na: str, nb: str) -> None:
 
 
 def pure_pairs(tx: np.ndarray, rx: np.ndarray, pair_id: np.ndarray,
-               guard_ns: float) -> np.ndarray:
+               guard_ns: float, segment: np.ndarray | None = None) -> np.ndarray:
     """Mask of the probes that belong to a pure coded pair (Geng et al., NSDI 2018).
 
     A coded pair is two probes sent back to back (send gap ``s = tx2 - tx1``); it is pure when
@@ -109,6 +112,8 @@ def pure_pairs(tx: np.ndarray, rx: np.ndarray, pair_id: np.ndarray,
         pair_id: shape (n,), integer ids; each pair's id appears for its 1st then its 2nd
             probe, in that order in the arrays (other probes may sit in between).
         guard_ns: guard band, ns (>= 0).
+        segment: shape (n,), integers: probes of many directions at once, a pair being
+            ``(segment, pair_id)`` (None: one direction).
 
     Returns:
         shape (n,) bool: True for both probes of every pure pair. Ids that do not appear
@@ -131,9 +136,15 @@ def pure_pairs(tx: np.ndarray, rx: np.ndarray, pair_id: np.ndarray,
     mask = np.zeros(tx.size, dtype=bool)
     if tx.size < 2:
         return mask
-    order = np.argsort(pid, kind="stable")  # stable: the 1st probe stays before the 2nd
-    sid = pid[order]
-    starts = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])
+    if segment is None:
+        order = np.argsort(pid, kind="stable")  # stable: the 1st probe stays before the 2nd
+        sid = pid[order]
+        new = sid[1:] != sid[:-1]
+    else:
+        order = np.lexsort((pid, segment))  # stable too
+        sid, sseg = pid[order], np.asarray(segment)[order]
+        new = (sid[1:] != sid[:-1]) | (sseg[1:] != sseg[:-1])
+    starts = np.flatnonzero(np.r_[True, new])
     counts = np.diff(np.r_[starts, sid.size])
     s2 = starts[counts == 2]
     i1, i2 = order[s2], order[s2 + 1]
@@ -157,10 +168,102 @@ def _check_dirs(fwd_tx, fwd_rx, rev_tx, rev_rx):
     return ftx, frx, rtx, rrx
 
 
-def _default_ref(ftx: np.ndarray, rrx: np.ndarray) -> int:
-    lo = min(int(ftx.min()), int(rrx.min()))
-    hi = max(int(ftx.max()), int(rrx.max()))
-    return lo + (hi - lo) // 2
+class Probes(NamedTuple):
+    """The probes of many pairs at once, each pair a segment (``agents.segments``): pair i's
+    A -> B probes are ``fwd_*[fwd_starts[i]:fwd_starts[i + 1]]``, its B -> A probes
+    ``rev_*[rev_starts[i]:rev_starts[i + 1]]``; int64 ns, conventions of this module; at
+    least ``MIN_PROBES`` per direction and pair."""
+
+    fwd_tx: np.ndarray
+    fwd_rx: np.ndarray
+    fwd_starts: np.ndarray
+    rev_tx: np.ndarray
+    rev_rx: np.ndarray
+    rev_starts: np.ndarray
+
+    @classmethod
+    def one(cls, fwd_tx, fwd_rx, rev_tx, rev_rx) -> Probes:
+        """One pair's probes (checked: ``ValueError`` as ``fit_pair`` says)."""
+        ftx, frx, rtx, rrx = _check_dirs(fwd_tx, fwd_rx, rev_tx, rev_rx)
+        return cls(ftx, frx, np.array([0, ftx.size]), rtx, rrx, np.array([0, rtx.size]))
+
+    def default_ref(self) -> np.ndarray:
+        """Per pair the middle of its probes' span on A's clock, int64 ns."""
+        fs, rs = self.fwd_starts[:-1], self.rev_starts[:-1]
+        lo = np.minimum(np.minimum.reduceat(self.fwd_tx, fs), np.minimum.reduceat(self.rev_rx, rs))
+        hi = np.maximum(np.maximum.reduceat(self.fwd_tx, fs), np.maximum.reduceat(self.rev_rx, rs))
+        return lo + (hi - lo) // 2
+
+
+class PairFits(NamedTuple):
+    """Many pairs' fits (arrays, one entry per pair; ``PairFit``'s fields) and whether each
+    succeeded (``ok``; the other fields of a failed one are meaningless)."""
+
+    offset_ns: np.ndarray
+    drift_ppm: np.ndarray
+    t_ref_ns: np.ndarray
+    n_fwd: np.ndarray
+    n_rev: np.ndarray
+    residual_ns: np.ndarray
+    ok: np.ndarray
+
+    def fit(self, i: int) -> PairFit:
+        """Pair ``i``'s fit."""
+        return PairFit(offset_ns=float(self.offset_ns[i]), drift_ppm=float(self.drift_ppm[i]),
+                       t_ref_ns=int(self.t_ref_ns[i]), n_fwd=int(self.n_fwd[i]),
+                       n_rev=int(self.n_rev[i]), residual_ns=float(self.residual_ns[i]))
+
+    def offset_at(self, t_ns: np.ndarray) -> np.ndarray:
+        """Each pair's B - A (ns) at its own A-clock instant ``t_ns`` (int64, one per pair),
+        as ``PairFit.offset_at``."""
+        dt = (np.asarray(t_ns, dtype=np.int64) - self.t_ref_ns).astype(np.float64)
+        return self.offset_ns + self.drift_ppm * 1e-6 * dt
+
+
+def _max_margin_many(xu: np.ndarray, yu: np.ndarray, us: np.ndarray, xl: np.ndarray,
+                     yl: np.ndarray, ls: np.ndarray, m_bound: float
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``_max_margin`` for many pairs at once: pair i's points are the segments i of
+    ``(xu, yu)`` (starts ``us``) and ``(xl, yl)`` (starts ``ls``); every pair takes the
+    same steps with the same floats as alone, all pairs one numpy call per step. Returns
+    arrays ``(c, m, D, at_bound)``."""
+    useg, lseg = segments.ids(us), segments.ids(ls)
+
+    def piece(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        i = segments.argmin(yu - m[useg] * xu, us, useg)
+        j = segments.argmax(yl - m[lseg] * xl, ls, lseg)
+        return yu[i] - yl[j], xl[j] - xu[i]
+
+    n = us.size - 1
+    lo, hi = np.full(n, -m_bound), np.full(n, m_bound)
+    a_lo, s_lo = piece(lo)
+    a_hi, s_hi = piece(hi)
+    at_hi = s_hi >= 0
+    at_lo = ~at_hi & (s_lo <= 0)
+    m = np.where(at_hi, hi, lo)
+    at_bound = (at_hi & (s_hi > 0)) | (at_lo & (s_lo < 0))
+    active = ~at_hi & ~at_lo
+    tol = m_bound * 4e-16 + 1e-12
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for _ in range(200):  # a few steps; the cap only guards float corner cases
+            if not active.any():
+                break
+            step = (a_hi - a_lo) / (s_lo - s_hi)
+            step = np.where((lo < step) & (step < hi), step, 0.5 * (lo + hi))
+            m = np.where(active, step, m)
+            a, sl = piece(m)
+            bound = np.minimum(a_lo + s_lo * m, a_hi + s_hi * m)
+            done = (sl == 0) | (a + sl * m >= bound - 1e-9 * np.maximum(1.0, np.abs(bound))) \
+                | (hi - lo <= tol)
+            active &= ~done
+            rise, fall = active & (sl > 0), active & ~(sl > 0)
+            lo, a_lo, s_lo = (np.where(rise, m, lo), np.where(rise, a, a_lo),
+                              np.where(rise, sl, s_lo))
+            hi, a_hi, s_hi = (np.where(fall, m, hi), np.where(fall, a, a_hi),
+                              np.where(fall, sl, s_hi))
+    up = np.minimum.reduceat(yu - m[useg] * xu, us[:-1])
+    dn = np.maximum.reduceat(yl - m[lseg] * xl, ls[:-1])
+    return 0.5 * (up + dn), m, 0.5 * (up - dn), at_bound
 
 
 def _max_margin(xu: np.ndarray, yu: np.ndarray, xl: np.ndarray, yl: np.ndarray,
@@ -175,43 +278,51 @@ def _max_margin(xu: np.ndarray, yu: np.ndarray, xl: np.ndarray, yl: np.ndarray,
     or the crossing is a new bracket end: each step retires a piece, so a few steps suffice
     (bisection takes over should rounding put a crossing outside the bracket). The same
     optimum as the LP solved by a generic solver (the unit tests check it against
-    ``scipy.optimize.linprog``), in a fraction of a millisecond.
+    ``scipy.optimize.linprog``), in a fraction of a millisecond (``_max_margin_many`` solves
+    many pairs' LPs at once).
 
     Returns:
         (c, m, D, at_bound): at_bound is True when the optimum sits on |m| == m_bound, i.e. the
         two directions do not constrain the slope (their probes do not interleave in time).
     """
-    def piece(m: float) -> tuple[float, float]:
-        """(intercept, slope) of the piece of g active at m."""
-        i = int(np.argmin(yu - m * xu))
-        j = int(np.argmax(yl - m * xl))
-        return float(yu[i] - yl[j]), float(xl[j] - xu[i])
+    c, m, d, at = _max_margin_many(xu, yu, np.array([0, xu.size]), xl, yl,
+                                   np.array([0, xl.size]), m_bound)
+    return float(c[0]), float(m[0]), float(d[0]), bool(at[0])
 
-    lo, hi = -m_bound, m_bound
-    a_lo, s_lo = piece(lo)
-    a_hi, s_hi = piece(hi)
-    if s_hi >= 0:
-        m, at_bound = hi, s_hi > 0
-    elif s_lo <= 0:
-        m, at_bound = lo, s_lo < 0
-    else:
-        at_bound = False
-        tol = m_bound * 4e-16 + 1e-12
-        for _ in range(200):  # a few steps; the cap only guards float corner cases
-            m = (a_hi - a_lo) / (s_lo - s_hi)
-            if not lo < m < hi:
-                m = 0.5 * (lo + hi)
-            a, sl = piece(m)
-            bound = min(a_lo + s_lo * m, a_hi + s_hi * m)
-            if sl == 0 or a + sl * m >= bound - 1e-9 * max(1.0, abs(bound)) or hi - lo <= tol:
-                break
-            if sl > 0:
-                lo, a_lo, s_lo = m, a, sl
-            else:
-                hi, a_hi, s_hi = m, a, sl
-    up = float(np.min(yu - m * xu))
-    dn = float(np.max(yl - m * xl))
-    return 0.5 * (up + dn), m, 0.5 * (up - dn), at_bound
+
+def fit_many(p: Probes, t_ref_ns: np.ndarray | None = None, *,
+             max_drift_ppm: float = MAX_DRIFT_PPM) -> PairFits:
+    """``fit_pair`` of every pair of ``p`` at once (the same floats as one by one); a pair
+    whose probes do not interleave in time (``fit_pair`` raises) has ``ok`` False.
+
+    Args:
+        p: the pairs' probes.
+        t_ref_ns: shape (n_pairs,), int64: each pair's A-clock reference instant (default:
+            the middle of its probes' span).
+        max_drift_ppm: largest |drift| searched, ppm.
+    """
+    fs, rs = p.fwd_starts, p.rev_starts
+    fseg, rseg = segments.ids(fs), segments.ids(rs)
+    t_ref = p.default_ref() if t_ref_ns is None else np.asarray(t_ref_ns, dtype=np.int64)
+    yu_i = p.fwd_rx - p.fwd_tx          # (B - A) + d_AB, exact int64
+    yl_i = p.rev_tx - p.rev_rx          # (B - A) - d_BA
+    # ~ the offset, removed before float
+    y0 = (np.minimum.reduceat(yu_i, fs[:-1]) + np.maximum.reduceat(yl_i, rs[:-1])) // 2
+    yu = (yu_i - y0[fseg]).astype(np.float64)
+    yl = (yl_i - y0[rseg]).astype(np.float64)
+    xu = (p.fwd_tx - t_ref[fseg]).astype(np.float64) / _NS_PER_S   # seconds
+    xl = (p.rev_rx - t_ref[rseg]).astype(np.float64) / _NS_PER_S
+    c, m, _, at_bound = _max_margin_many(xu, yu, fs, xl, yl, rs, max_drift_ppm * _PPM_NS_PER_S)
+    up_gap = yu - (c[fseg] + m[fseg] * xu)
+    dn_gap = (c[rseg] + m[rseg] * xl) - yl
+    up_gap = up_gap[segments.sort(up_gap, fseg)]
+    dn_gap = dn_gap[segments.sort(dn_gap, rseg)]
+    margin = 0.5 * (up_gap[fs[:-1]] + dn_gap[rs[:-1]])  # the band's half-width, ~ d_min
+    resid = 0.5 * (segments.head_mean(up_gap - margin[fseg], fs, _ENVELOPE_K)
+                   + segments.head_mean(dn_gap - margin[rseg], rs, _ENVELOPE_K))
+    return PairFits(offset_ns=y0 + c, drift_ppm=m / _PPM_NS_PER_S, t_ref_ns=t_ref,
+                    n_fwd=np.diff(fs), n_rev=np.diff(rs), residual_ns=np.maximum(resid, 0.0),
+                    ok=~at_bound)
 
 
 def fit_pair(fwd_tx, fwd_rx, rev_tx, rev_rx, t_ref_ns: int | None = None, *,
@@ -248,29 +359,14 @@ def fit_pair(fwd_tx, fwd_rx, rev_tx, rev_rx, t_ref_ns: int | None = None, *,
             non-integer timestamps, or probes of the two directions that do not interleave in
             time (the slope is then unconstrained).
     """
-    ftx, frx, rtx, rrx = _check_dirs(fwd_tx, fwd_rx, rev_tx, rev_rx)
-    if t_ref_ns is None:
-        t_ref_ns = _default_ref(ftx, rrx)
-    t_ref = np.int64(t_ref_ns)
-    yu_i = frx - ftx          # (B - A) + d_AB, exact int64
-    yl_i = rtx - rrx          # (B - A) - d_BA
-    y0 = (int(yu_i.min()) + int(yl_i.max())) // 2   # ~ the offset, removed before float
-    yu = (yu_i - y0).astype(np.float64)
-    yl = (yl_i - y0).astype(np.float64)
-    xu = (ftx - t_ref).astype(np.float64) / _NS_PER_S   # seconds
-    xl = (rrx - t_ref).astype(np.float64) / _NS_PER_S
-    c, m, _, at_bound = _max_margin(xu, yu, xl, yl, max_drift_ppm * _PPM_NS_PER_S)
-    if at_bound:
+    p = Probes.one(fwd_tx, fwd_rx, rev_tx, rev_rx)
+    fits = fit_many(p, None if t_ref_ns is None else np.array([t_ref_ns], dtype=np.int64),
+                    max_drift_ppm=max_drift_ppm)
+    if not fits.ok[0]:
         raise ValueError(
             "fwd and rev probes do not interleave in time: the drift is unconstrained "
             f"(fit hit |drift| = {max_drift_ppm} ppm); probe both directions over the window")
-    up_gap = np.sort(yu - (c + m * xu))
-    dn_gap = np.sort((c + m * xl) - yl)
-    k_u, k_l = min(_ENVELOPE_K, up_gap.size), min(_ENVELOPE_K, dn_gap.size)
-    margin = 0.5 * (up_gap[0] + dn_gap[0])  # the band's half-width, ~ d_min
-    resid = 0.5 * (float(np.mean(up_gap[:k_u] - margin)) + float(np.mean(dn_gap[:k_l] - margin)))
-    return PairFit(offset_ns=y0 + c, drift_ppm=m / _PPM_NS_PER_S, t_ref_ns=int(t_ref),
-                   n_fwd=int(ftx.size), n_rev=int(rtx.size), residual_ns=max(resid, 0.0))
+    return fits.fit(0)
 
 
 def line_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -327,33 +423,66 @@ def ntp_pair(fwd_tx, fwd_rx, rev_tx, rev_rx, t_ref_ns: int | None = None, *,
     """
     if filter_n < 1:
         raise ValueError(f"filter_n must be >= 1, got {filter_n}")
-    ftx, frx, rtx, rrx = _check_dirs(fwd_tx, fwd_rx, rev_tx, rev_rx)
-    if t_ref_ns is None:
-        t_ref_ns = _default_ref(ftx, rrx)
-    t_ref = np.int64(t_ref_ns)
-    order = np.argsort(rrx, kind="stable")
-    t4s, t3s = rrx[order], rtx[order]
-    k = np.clip(np.searchsorted(t4s, ftx), 1, t4s.size - 1)
+    p = Probes.one(fwd_tx, fwd_rx, rev_tx, rev_rx)
+    fits = ntp_many(p, np.array([filter_n]),
+                    None if t_ref_ns is None else np.array([t_ref_ns], dtype=np.int64))
+    if not fits.ok[0]:
+        kept = -(-p.fwd_tx.size // filter_n)
+        raise ValueError(f"ntp_pair: {kept} sample(s) after the filter (filter_n="
+                         f"{filter_n}); need 2 at distinct times")
+    return fits.fit(0)
+
+
+def ntp_many(p: Probes, filter_n: np.ndarray, t_ref_ns: np.ndarray | None = None) -> PairFits:
+    """``ntp_pair`` of every pair of ``p`` at once, pair i with the clock filter's block
+    ``filter_n[i]`` (>= 1); a pair with fewer than 2 distinct sample times after its filter
+    (``ntp_pair`` raises) has ``ok`` False."""
+    fs, rs = p.fwd_starts, p.rev_starts
+    fseg, rseg = segments.ids(fs), segments.ids(rs)
+    nf, nr = np.diff(fs), np.diff(rs)
+    t_ref = p.default_ref() if t_ref_ns is None else np.asarray(t_ref_ns, dtype=np.int64)
+    order = np.lexsort((p.rev_rx, rseg))
+    t4s, t3s = p.rev_rx[order], p.rev_tx[order]
+    # each fwd probe's place among its pair's sorted rev arrivals (np.searchsorted, "left"):
+    # the rev arrivals before it, counted in one sort of both (a tie puts fwd first)
+    times = np.concatenate([p.fwd_tx, t4s])
+    is_rev = np.r_[np.zeros(p.fwd_tx.size, np.int64), np.ones(t4s.size, np.int64)]
+    merged = np.lexsort((is_rev, times, np.concatenate([fseg, rseg])))
+    before_count = np.cumsum(is_rev[merged]) - is_rev[merged]
+    place = np.empty(merged.size, np.int64)
+    place[merged] = before_count
+    k = np.clip(place[:p.fwd_tx.size] - rs[:-1][fseg], 1, nr[fseg] - 1) + rs[:-1][fseg]
     before, after = t4s[k - 1], t4s[k]
-    j = np.where(np.abs(ftx - before) <= np.abs(after - ftx), k - 1, k)
-    t1, t2, t3, t4 = ftx, frx, t3s[j], t4s[j]
+    j = np.where(np.abs(p.fwd_tx - before) <= np.abs(after - p.fwd_tx), k - 1, k)
+    t1, t2, t3, t4 = p.fwd_tx, p.fwd_rx, t3s[j], t4s[j]
     off = 0.5 * ((t2 - t1) - (t4 - t3)).astype(np.float64)
     delay = ((t4 - t1) - (t3 - t2)).astype(np.float64)
-    x = (((t1 - t_ref) + (t4 - t_ref)).astype(np.float64) * 0.5) / _NS_PER_S
-    srt = np.argsort(x, kind="stable")
+    x = (((t1 - t_ref[fseg]) + (t4 - t_ref[fseg])).astype(np.float64) * 0.5) / _NS_PER_S
+    srt = segments.sort(x, fseg)
     x, off, delay = x[srt], off[srt], delay[srt]
-    if filter_n > 1:  # blocks of filter_n (the last one padded with +inf delays)
-        blocks = -(-x.size // filter_n)
-        padded = np.full(blocks * filter_n, np.inf)
-        padded[:x.size] = delay
-        keep = np.arange(blocks) * filter_n + padded.reshape(blocks, filter_n).argmin(axis=1)
-        x, off = x[keep], off[keep]
-    if x.size < 2 or x[0] == x[-1]:  # x is sorted
-        raise ValueError(f"ntp_pair: {x.size} sample(s) after the filter (filter_n="
-                         f"{filter_n}); need 2 at distinct times")
-    y0 = float(np.median(off))
-    slope, icpt = line_fit(x, off - y0)
-    resid = (off - y0) - (icpt + slope * x)
-    return PairFit(offset_ns=y0 + float(icpt), drift_ppm=float(slope) / _PPM_NS_PER_S,
-                   t_ref_ns=int(t_ref), n_fwd=int(ftx.size), n_rev=int(rtx.size),
-                   residual_ns=float(np.sqrt(np.mean(resid ** 2))))
+    # clock filter: blocks of filter_n[i] consecutive samples, the least delay of each
+    block = (np.arange(x.size) - fs[:-1][fseg]) // np.asarray(filter_n)[fseg]
+    bstarts = np.flatnonzero(np.r_[True, (fseg[1:] != fseg[:-1]) | (block[1:] != block[:-1])])
+    bstarts = np.r_[bstarts, x.size]
+    keep = segments.argmin(delay, bstarts, segments.ids(bstarts))
+    x, off, kseg = x[keep], off[keep], fseg[keep]
+    ks = segments.starts_of(np.bincount(kseg, minlength=nf.size))
+    n = np.diff(ks)
+    ok = (n >= 2) & (x[ks[:-1]] != x[ks[1:] - 1])  # x is sorted within pairs
+    srt = segments.sort(off, kseg)
+    so = off[srt]
+    mid = ks[:-1] + n // 2
+    y0 = np.where(n % 2 == 1, so[mid], (so[np.maximum(mid - 1, ks[:-1])] + so[mid]) / 2)
+    y = off - y0[kseg]
+    # ordinary least squares (line_fit) per pair
+    mx = np.add.reduceat(x, ks[:-1]) / n
+    my = np.add.reduceat(y, ks[:-1]) / n
+    dx = x - mx[kseg]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = np.add.reduceat(dx * (y - my[kseg]), ks[:-1]) / np.add.reduceat(dx * dx,
+                                                                                  ks[:-1])
+    icpt = my - slope * mx
+    resid = y - (icpt[kseg] + slope[kseg] * x)
+    rms = np.sqrt(np.add.reduceat(resid ** 2, ks[:-1]) / n)
+    return PairFits(offset_ns=y0 + icpt, drift_ppm=slope / _PPM_NS_PER_S, t_ref_ns=t_ref,
+                    n_fwd=nf, n_rev=nr, residual_ns=rms, ok=ok)

@@ -18,9 +18,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from agents import segments
 from agents.messages import OwdStats
 
-__all__ = ["asymmetry_us", "natural_key", "owd_stats"]
+__all__ = ["asymmetry_us", "natural_key", "owd_many", "owd_stats"]
 
 
 def _ns(x, name: str) -> np.ndarray:
@@ -55,13 +56,28 @@ def owd_stats(tx_ns, rx_ns, offset_ns: float, drift_ppm: float, t_ref_ns: int) -
         raise ValueError(f"non-finite clock fit: offset_ns={offset_ns}, drift_ppm={drift_ppm}")
     if tx.size == 0:
         return OwdStats()
-    base = round(float(offset_ns))  # integer part removed before float: keeps ns precision
-    raw = (rx - tx - np.int64(base)).astype(np.float64)
-    corr = (offset_ns - base) + drift_ppm * 1e-6 * (tx - np.int64(t_ref_ns)).astype(np.float64)
-    owd_us = (raw - corr) / 1e3
-    p50, p99 = np.percentile(owd_us, [50, 99])
-    return OwdStats(min_us=float(owd_us.min()), p50_us=float(p50), p99_us=float(p99),
+    lo, p50, p99 = owd_many(tx, rx, np.array([0, tx.size]), np.array([offset_ns]),
+                            np.array([drift_ppm]), np.array([t_ref_ns], dtype=np.int64))
+    return OwdStats(min_us=float(lo[0]), p50_us=float(p50[0]), p99_us=float(p99[0]),
                     n=int(tx.size))
+
+
+def owd_many(tx: np.ndarray, rx: np.ndarray, starts: np.ndarray, offset_ns: np.ndarray,
+             drift_ppm: np.ndarray, t_ref_ns: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``owd_stats`` of many directions at once (the same floats): direction i's probes are
+    ``tx[starts[i]:starts[i + 1]]`` (int64 ns, non-empty, ``agents.segments``) and its fit
+    ``offset_ns[i]``, ``drift_ppm[i]``, ``t_ref_ns[i]`` (arrays). Returns arrays (min, p50,
+    p99) in us, one entry per direction; finite fits assumed."""
+    seg = segments.ids(starts)
+    base = np.round(offset_ns).astype(np.int64)  # integer part removed before float
+    raw = (rx - tx - base[seg]).astype(np.float64)
+    corr = (offset_ns - base)[seg] + drift_ppm[seg] * 1e-6 * (tx - t_ref_ns[seg]).astype(
+        np.float64)
+    owd_us = (raw - corr) / 1e3
+    owd_us = owd_us[segments.sort(owd_us, seg)]
+    return (owd_us[starts[:-1]], segments.percentile(owd_us, starts, 50),
+            segments.percentile(owd_us, starts, 99))
 
 
 def natural_key(name: str) -> tuple:

@@ -3,6 +3,9 @@ reference VM, the NTP-style baseline and the one-way delays (steps 2, 3 and 5 of
 pipeline in ``agents.coordinator``). A pure function of the records and the previous
 window's offsets: no threads, sockets or clocks.
 
+Every step works on all pairs at once (``agents.segments``): one numpy call per step for the
+whole window, not one per pair.
+
 1. Per unordered pair (A < B lexicographically): coded-pair purity (``estimate.pure_pairs``,
    guard band ``guard_ns``), then the Huygens envelope fit (``estimate.fit_pair``) and the
    NTP-style baseline (``estimate.ntp_pair``) on the very same pure probes. A pair needs
@@ -12,7 +15,8 @@ window's offsets: no threads, sockets or clocks.
 2. Network effect (``network.solve``): both fits are evaluated at the window's centre
    ``t_k`` (read on A's clock: ``t_k + theta_A``) and solved over the graph of pairs,
    weights ``1 / (residual_ns**2 + floor**2)``, twice (the second pass evaluates at the
-   first pass's offsets). Only the VMs connected to the reference get an estimate.
+   first pass's offsets; one factorisation serves both, ``network.GraphSolve``). Only the
+   VMs connected to the reference get an estimate.
 3. OWD per ordered pair on all of the window's probes (pure or not) with the
    network-corrected relative clock (``owd.owd_stats``); asymmetry per pair
    (``owd.asymmetry_us``).
@@ -30,10 +34,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from agents.estimate import PairFit, fit_pair, ntp_pair, pure_pairs
+from agents import segments
+from agents.estimate import PairFits, Probes, fit_many, ntp_many, pure_pairs
 from agents.messages import OwdStats
-from agents.network import NodeEstimate, solve
-from agents.owd import asymmetry_us, owd_stats
+from agents.network import GraphSolve, NodeEstimate
+from agents.owd import asymmetry_us, owd_many
 
 __all__ = ["INCONSISTENT_NS", "MIN_PURE", "Records", "WindowResult", "solve_window"]
 
@@ -46,11 +51,17 @@ INCONSISTENT_NS = 1000.0
 
 
 class Records(NamedTuple):
-    """One direction's probes in one window, sorted by ``(pair_id, idx)``; shape (n,) int64
-    each."""
+    """One window's probes of every direction ``(src, dst)``, each direction a segment
+    (``agents.segments``), sorted by ``(pair_id, idx)`` within it; arrays shape (n,) int64."""
 
+    dirs: list[tuple[str, str]]
+    """The directions, ``(src, dst)`` VM names, sorted."""
+    starts: np.ndarray
+    """Shape (len(dirs) + 1,): direction i's probes are ``[starts[i]:starts[i + 1]]``."""
     pair_id: np.ndarray
     """Coded pair of each probe."""
+    idx: np.ndarray
+    """0 for a pair's first probe, 1 for its second."""
     tx_ns: np.ndarray
     """Send times on the sender's VM clock, ns."""
     rx_ns: np.ndarray
@@ -85,15 +96,14 @@ class WindowResult:
     ntp_drift: dict[str, float] = field(default_factory=dict)
 
 
-def solve_window(k: int, records: dict[tuple[str, str], Records], ref: str,
-                 offsets_ns: dict[str, float], *, window_ns: int, guard_ns: float = 20_000.0,
-                 weight_floor_ns: float = 100.0,
+def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float], *,
+                 window_ns: int, guard_ns: float = 20_000.0, weight_floor_ns: float = 100.0,
                  counts: Counter[str] | None = None) -> WindowResult | None:
     """Solve window ``k``.
 
     Args:
         k: window index on the reference clock (centre ``k * window_ns + window_ns // 2``).
-        records: ``(src, dst)`` -> the window's probes src -> dst.
+        records: the window's probes.
         ref: the reference VM.
         offsets_ns: VM -> its offset to ``ref`` (ns) from the previous windows, to read the
             centre on each VM's clock in the first pass (missing: 0).
@@ -110,97 +120,158 @@ def solve_window(k: int, records: dict[tuple[str, str], Records], ref: str,
     """
     counts = Counter() if counts is None else counts
     t_k = k * window_ns + window_ns // 2
-    fits = _fit_pairs(k, records, guard_ns, counts)
-    if not fits:
+    pairs, huygens, ntp_fits = _fit_pairs(records, guard_ns, counts)
+    if not pairs:
         return None
-    nodes = _component(ref, list(fits))
+    nodes = _component(ref, pairs)
     if len(nodes) < 2:
         counts["windows_without_reference"] += 1
         return None
-    pairs = {ab: f for ab, f in fits.items() if ab[0] in nodes}
+    names = sorted(nodes)
+    index = {v: i for i, v in enumerate(names)}
+    inside = np.array([a in nodes for a, _ in pairs])
+    pairs = [ab for ab, ok in zip(pairs, inside, strict=True) if ok]
+    huygens, ntp_fits = _take(huygens, inside), _take(ntp_fits, inside)
+    ia = np.array([index[a] for a, _ in pairs])
+    ib = np.array([index[b] for _, b in pairs])
     floor2 = weight_floor_ns ** 2
 
-    def edges(which: int, theta: dict[str, float]) -> list:
-        out = []
-        for (a, b), f in pairs.items():
-            fit = f[which]
-            if fit is None:
-                continue
-            t_a = t_k + int(round(theta.get(a, 0.0)))
-            out.append((a, b, fit.offset_at(t_a), fit.drift_ppm,
-                        1.0 / (fit.residual_ns ** 2 + floor2)))
-        return out
+    def values(fits: PairFits, theta: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """Each pair's (offset ns, drift ppm) at the centre read on its A's clock."""
+        t_a = t_k + np.round(theta[a]).astype(np.int64)
+        return np.column_stack([fits.offset_at(t_a), fits.drift_ppm])
 
-    names = sorted(nodes)
+    theta = np.array([offsets_ns.get(v, 0.0) for v in names])
     try:
-        est = solve(names, edges(0, offsets_ns), ref)
-        theta = {v: e.offset_ns for v, e in est.items()}
-        est = solve(names, edges(0, theta), ref)
-        theta = {v: e.offset_ns for v, e in est.items()}
-    except ValueError as e:  # non-finite fits: skip the window, keep running
+        y = values(huygens, theta, ia)
+        w = 1.0 / (huygens.residual_ns ** 2 + floor2)
+        _check_finite(y, w)
+        solver = GraphSolve(len(names), index[ref], ia, ib, w)
+        x, _ = solver.solve(y)
+        x, sig = solver.solve(values(huygens, x[:, 0], ia))
+        _check_finite(x, w)
+    except (ValueError, np.linalg.LinAlgError) as e:  # non-finite fits: skip the window
         log.warning("window %d: solve failed: %s", k, e)
         counts["solve_failures"] += 1
         return None
-    ntp_edges = edges(1, theta)
-    ntp_nodes = sorted(_component(ref, [(a, b) for a, b, *_ in ntp_edges]))
-    try:
-        ntp = solve(ntp_nodes, [e for e in ntp_edges if e[0] in ntp_nodes], ref) \
-            if len(ntp_nodes) > 1 else {}
-    except ValueError as e:
-        log.warning("window %d: NTP solve failed: %s", k, e)
-        counts["solve_failures"] += 1
-        ntp = {}
-    owd = {}
-    for (src, dst), rec in sorted(records.items()):
-        if src in est and dst in est:
-            owd[f"{src}->{dst}"] = owd_stats(
-                rec.tx_ns, rec.rx_ns, est[dst].offset_ns - est[src].offset_ns,
-                est[dst].drift_ppm - est[src].drift_ppm, t_k + int(round(est[src].offset_ns)))
+    est = _estimates(names, x, sig)
+    theta = x[:, 0]
+    ntp: dict[str, NodeEstimate] = {}
+    ntp_pairs = [ab for ab, ok in zip(pairs, ntp_fits.ok, strict=True) if ok]
+    ntp_nodes = sorted(_component(ref, ntp_pairs))
+    if len(ntp_nodes) > 1:
+        sub = ntp_fits.ok & np.array([a in ntp_nodes for a, _ in pairs])
+        nidx = {v: i for i, v in enumerate(ntp_nodes)}
+        na = np.array([nidx[a] for (a, _), ok in zip(pairs, sub, strict=True) if ok])
+        nb = np.array([nidx[b] for (_, b), ok in zip(pairs, sub, strict=True) if ok])
+        fits = _take(ntp_fits, sub)
+        try:
+            y = values(fits, theta, ia[sub])
+            w = 1.0 / (fits.residual_ns ** 2 + floor2)
+            _check_finite(y, w)
+            nx, nsig = GraphSolve(len(ntp_nodes), nidx[ref], na, nb, w).solve(y)
+            ntp = _estimates(ntp_nodes, nx, nsig)
+        except (ValueError, np.linalg.LinAlgError) as e:
+            log.warning("window %d: NTP solve failed: %s", k, e)
+            counts["solve_failures"] += 1
+    owd = _owd(records, index, x, t_k)
     return WindowResult(k, t_k, est, ntp, owd, asymmetry_us(owd), len(pairs))
 
 
-def _fit_pairs(k: int, records: dict[tuple[str, str], Records], guard_ns: float,
-               counts: Counter[str]) -> dict[tuple[str, str], tuple[PairFit, PairFit | None]]:
-    """``(a, b)`` (a < b) -> (Huygens fit, NTP-style fit or None) of every pair probed both
-    ways with enough pure probes (step 1)."""
-    fits = {}
-    for (a, b), fwd in records.items():
-        rev = records.get((b, a))
-        if a > b or rev is None:
+def _check_finite(y: np.ndarray, w: np.ndarray) -> None:
+    if not (np.isfinite(y).all() and np.isfinite(w).all() and (w > 0).all()):
+        raise ValueError("non-finite pair fits or weights")
+
+
+def _estimates(names: list[str], x: np.ndarray, sig: np.ndarray) -> dict[str, NodeEstimate]:
+    return {v: NodeEstimate(float(x[i, 0]), float(x[i, 1]), float(sig[i, 0]),
+                            float(sig[i, 1])) for i, v in enumerate(names)}
+
+
+def _take(fits: PairFits, sel: np.ndarray) -> PairFits:
+    return PairFits(*(a[sel] for a in fits))
+
+
+def _owd(records: Records, index: dict[str, int], x: np.ndarray, t_k: int
+         ) -> dict[str, OwdStats]:
+    """OWD of every direction between two estimated VMs, on all its probes (step 3)."""
+    use = [i for i, (s, d) in enumerate(records.dirs) if s in index and d in index]
+    if not use:
+        return {}
+    src = np.array([index[records.dirs[i][0]] for i in use])
+    dst = np.array([index[records.dirs[i][1]] for i in use])
+    lo, hi = records.starts[:-1][use], records.starts[1:][use]
+    take = segments.ranges(lo, hi)
+    starts = segments.starts_of(hi - lo)
+    mins, p50, p99 = owd_many(records.tx_ns[take], records.rx_ns[take], starts,
+                              x[dst, 0] - x[src, 0], x[dst, 1] - x[src, 1],
+                              t_k + np.round(x[src, 0]).astype(np.int64))
+    n = np.diff(starts)
+    return {f"{records.dirs[i][0]}->{records.dirs[i][1]}": OwdStats(
+        min_us=a, p50_us=b, p99_us=c, n=m) for i, a, b, c, m in zip(
+        use, mins.tolist(), p50.tolist(), p99.tolist(), n.tolist(), strict=True)}
+
+
+def _fit_pairs(records: Records, guard_ns: float, counts: Counter[str]
+               ) -> tuple[list[tuple[str, str]], PairFits, PairFits]:
+    """The pairs ``(a, b)`` (a < b) probed both ways with enough pure probes whose Huygens
+    fit succeeded and is consistent, with their Huygens and NTP-style fits (``ok`` False
+    where the baseline failed) (step 1)."""
+    seg = segments.ids(records.starts)
+    pure = pure_pairs(records.tx_ns, records.rx_ns, records.pair_id, guard_ns, seg)
+    npure = np.bincount(seg[pure], minlength=len(records.dirs))
+    where = {d: i for i, d in enumerate(records.dirs)}
+    pairs, fi, ri = [], [], []
+    for i, (a, b) in enumerate(records.dirs):
+        j = where.get((b, a))
+        if a > b or j is None:
             continue
-        fm = pure_pairs(fwd.tx_ns, fwd.rx_ns, fwd.pair_id, guard_ns)
-        rm = pure_pairs(rev.tx_ns, rev.rx_ns, rev.pair_id, guard_ns)
-        if fm.sum() < MIN_PURE or rm.sum() < MIN_PURE:
+        if npure[i] < MIN_PURE or npure[j] < MIN_PURE:
             counts["pairs_too_few_pure"] += 1
             continue
-        probes = (fwd.tx_ns[fm], fwd.rx_ns[fm], rev.tx_ns[rm], rev.rx_ns[rm])
-        try:
-            h = fit_pair(*probes)
-        except ValueError as e:
-            log.debug("window %d pair %s|%s: %s", k, a, b, e)
-            counts["pair_fit_failures"] += 1
-            continue
-        if _min_delay_ns(h, *probes) < -INCONSISTENT_NS:
-            # no line leaves both directions a non-negative delay: a clock step or a bad
-            # timestamp inside the window
-            counts["pairs_inconsistent"] += 1
-            continue
-        try:
-            # RFC 5905's clock filter keeps 1 sample in 8; fewer in a sparse window
-            n = ntp_pair(*probes, filter_n=max(1, min(8, int(fm.sum()) // 4)))
-        except ValueError:
-            n = None
-            counts["ntp_fit_failures"] += 1
-        fits[(a, b)] = (h, n)
-    return fits
+        pairs.append((a, b))
+        fi.append(i)
+        ri.append(j)
+    if not pairs:
+        return [], None, None
+    role = np.full(len(records.dirs), -1)
+    role[fi] = np.arange(len(fi))
+    fsel = np.flatnonzero(pure & (role[seg] >= 0))
+    role[:] = -1
+    role[ri] = np.arange(len(ri))
+    rsel = np.flatnonzero(pure & (role[seg] >= 0))
+    rsel = rsel[np.argsort(role[seg[rsel]], kind="stable")]
+    nf, nr = npure[fi], npure[ri]
+    p = Probes(records.tx_ns[fsel], records.rx_ns[fsel], segments.starts_of(nf),
+               records.tx_ns[rsel], records.rx_ns[rsel], segments.starts_of(nr))
+    h = fit_many(p)
+    counts["pair_fit_failures"] += int((~h.ok).sum())
+    consistent = h.ok & (_min_delay_ns(h, p) >= -INCONSISTENT_NS)
+    # no line leaves both directions a non-negative delay: a clock step or a bad timestamp
+    # inside the window
+    counts["pairs_inconsistent"] += int((h.ok & ~consistent).sum())
+    # RFC 5905's clock filter keeps 1 sample in 8; fewer in a sparse window
+    n = ntp_many(p, np.maximum(1, np.minimum(8, nf // 4)))
+    counts["ntp_fit_failures"] += int((consistent & ~n.ok).sum())
+    return ([ab for ab, ok in zip(pairs, consistent, strict=True) if ok], _take(h, consistent),
+            _take(n, consistent))
 
 
-def _min_delay_ns(fit: PairFit, ftx, frx, rtx, rrx) -> float:
-    """The smaller of the two directions' minimum one-way delays implied by ``fit`` (ns)."""
-    base = round(fit.offset_ns)  # remove the integer part before float, as in agents.owd
-    fwd = (frx - ftx - base).astype(np.float64) - (fit.offset_at(ftx) - base)
-    rev = (rrx - rtx + base).astype(np.float64) + (fit.offset_at(rrx) - base)
-    return float(min(fwd.min(), rev.min()))
+def _min_delay_ns(fits: PairFits, p: Probes) -> np.ndarray:
+    """Per pair the smaller of the two directions' minimum one-way delays implied by its
+    fit (ns)."""
+    fseg, rseg = segments.ids(p.fwd_starts), segments.ids(p.rev_starts)
+    base = np.round(fits.offset_ns).astype(np.int64)  # integer part first, as in agents.owd
+
+    def at(t, seg):
+        return fits.offset_ns[seg] + fits.drift_ppm[seg] * 1e-6 * (
+            t - fits.t_ref_ns[seg]).astype(np.float64)
+    fwd = (p.fwd_rx - p.fwd_tx - base[fseg]).astype(np.float64) - (at(p.fwd_tx, fseg)
+                                                                  - base[fseg])
+    rev = (p.rev_rx - p.rev_tx + base[rseg]).astype(np.float64) + (at(p.rev_rx, rseg)
+                                                                  - base[rseg])
+    return np.minimum(np.minimum.reduceat(fwd, p.fwd_starts[:-1]),
+                      np.minimum.reduceat(rev, p.rev_starts[:-1]))
 
 
 def _component(ref: str, pairs: list[tuple[str, str]]) -> set[str]:
