@@ -141,8 +141,11 @@ def pure_pairs(tx: np.ndarray, rx: np.ndarray, pair_id: np.ndarray,
         sid = pid[order]
         new = sid[1:] != sid[:-1]
     else:
-        order = np.lexsort((pid, segment))  # stable too
-        sid, sseg = pid[order], np.asarray(segment)[order]
+        segment = np.asarray(segment)
+        ds, dp = np.diff(segment), np.diff(pid)
+        order = np.arange(pid.size) if ((ds > 0) | ((ds == 0) & (dp >= 0))).all() \
+            else np.lexsort((pid, segment))  # already sorted (a window's records), or stable
+        sid, sseg = pid[order], segment[order]
         new = (sid[1:] != sid[:-1]) | (sseg[1:] != sseg[:-1])
     starts = np.flatnonzero(np.r_[True, new])
     counts = np.diff(np.r_[starts, sid.size])
@@ -315,11 +318,10 @@ def fit_many(p: Probes, t_ref_ns: np.ndarray | None = None, *,
     c, m, _, at_bound = _max_margin_many(xu, yu, fs, xl, yl, rs, max_drift_ppm * _PPM_NS_PER_S)
     up_gap = yu - (c[fseg] + m[fseg] * xu)
     dn_gap = (c[rseg] + m[rseg] * xl) - yl
-    up_gap = up_gap[segments.sort(up_gap, fseg)]
-    dn_gap = dn_gap[segments.sort(dn_gap, rseg)]
-    margin = 0.5 * (up_gap[fs[:-1]] + dn_gap[rs[:-1]])  # the band's half-width, ~ d_min
-    resid = 0.5 * (segments.head_mean(up_gap - margin[fseg], fs, _ENVELOPE_K)
-                   + segments.head_mean(dn_gap - margin[rseg], rs, _ENVELOPE_K))
+    # the band's half-width, ~ d_min
+    margin = 0.5 * (np.minimum.reduceat(up_gap, fs[:-1]) + np.minimum.reduceat(dn_gap, rs[:-1]))
+    resid = 0.5 * (segments.head_mean(up_gap - margin[fseg], fs, fseg, _ENVELOPE_K)
+                   + segments.head_mean(dn_gap - margin[rseg], rs, rseg, _ENVELOPE_K))
     return PairFits(offset_ns=y0 + c, drift_ppm=m / _PPM_NS_PER_S, t_ref_ns=t_ref,
                     n_fwd=np.diff(fs), n_rev=np.diff(rs), residual_ns=np.maximum(resid, 0.0),
                     ok=~at_bound)
@@ -441,13 +443,13 @@ def ntp_many(p: Probes, filter_n: np.ndarray, t_ref_ns: np.ndarray | None = None
     fseg, rseg = segments.ids(fs), segments.ids(rs)
     nf, nr = np.diff(fs), np.diff(rs)
     t_ref = p.default_ref() if t_ref_ns is None else np.asarray(t_ref_ns, dtype=np.int64)
-    order = np.lexsort((p.rev_rx, rseg))
+    order = segments.sort_ns(p.rev_rx, rseg, t_ref)
     t4s, t3s = p.rev_rx[order], p.rev_tx[order]
     # each fwd probe's place among its pair's sorted rev arrivals (np.searchsorted, "left"):
     # the rev arrivals before it, counted in one sort of both (a tie puts fwd first)
     times = np.concatenate([p.fwd_tx, t4s])
     is_rev = np.r_[np.zeros(p.fwd_tx.size, np.int64), np.ones(t4s.size, np.int64)]
-    merged = np.lexsort((is_rev, times, np.concatenate([fseg, rseg])))
+    merged = segments.sort_ns(times, np.concatenate([fseg, rseg]), t_ref, low=is_rev)
     before_count = np.cumsum(is_rev[merged]) - is_rev[merged]
     place = np.empty(merged.size, np.int64)
     place[merged] = before_count
@@ -457,8 +459,9 @@ def ntp_many(p: Probes, filter_n: np.ndarray, t_ref_ns: np.ndarray | None = None
     t1, t2, t3, t4 = p.fwd_tx, p.fwd_rx, t3s[j], t4s[j]
     off = 0.5 * ((t2 - t1) - (t4 - t3)).astype(np.float64)
     delay = ((t4 - t1) - (t3 - t2)).astype(np.float64)
-    x = (((t1 - t_ref[fseg]) + (t4 - t_ref[fseg])).astype(np.float64) * 0.5) / _NS_PER_S
-    srt = segments.sort(x, fseg)
+    mid2 = (t1 - t_ref[fseg]) + (t4 - t_ref[fseg])   # twice the sample's time, exact
+    x = (mid2.astype(np.float64) * 0.5) / _NS_PER_S
+    srt = segments.sort_ns(mid2, fseg, np.zeros(nf.size, np.int64))  # stable, as by x
     x, off, delay = x[srt], off[srt], delay[srt]
     # clock filter: blocks of filter_n[i] consecutive samples, the least delay of each
     block = (np.arange(x.size) - fs[:-1][fseg]) // np.asarray(filter_n)[fseg]

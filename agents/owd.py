@@ -12,6 +12,7 @@ for Scalable, Fine-grained Clock Synchronization", NSDI 2018; percentiles are th
 """
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -80,6 +81,7 @@ def owd_many(tx: np.ndarray, rx: np.ndarray, starts: np.ndarray, offset_ns: np.n
             segments.percentile(owd_us, starts, 99))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def natural_key(name: str) -> tuple:
     """Sort key of a VM name in natural order: digit runs compare as numbers, so ``vm2``
     sorts before ``vm10`` (ties, e.g. ``vm01`` and ``vm1``, by the plain string)."""
