@@ -21,6 +21,11 @@ windows): offset |error| p50/p99 (us), drift |error| p99 (ppm), the NTP-style ba
 offset p99, collocation precision/recall against the true hosts and the window from which
 the groups stayed exact; then this/before ratios, and how far this tree's estimates are from
 the other's (max |difference| of offsets, ns, and drifts, ppm, over every window and VM).
+A run of a few dozen seconds gives collocation only a few windows of series; the
+coordinator keeps ``series_windows`` (150) and its grouping costs grow with them. So a
+second table times ``collocation.group`` alone, in each tree, on 150 windows of drift and
+offset series made from the same clocks' truth plus noise (0.02 ppm, 100 ns): CPU s per
+call and whether both trees' groups are the same and the truth.
 Goal (issue 14): at most 0.5 s of coordinator CPU per 2 s window at 256 VMs.
 """
 from __future__ import annotations
@@ -161,9 +166,27 @@ def worker(path: str) -> None:
                       "groups": groups_ok, "state": state.model_dump(mode="json")}))
 
 
-def run(tree: str, path: str) -> dict:
+def group_worker(vms: int, windows: int, seed: int) -> None:
+    """Time ``collocation.group`` of the tree on ``PYTHONPATH`` on ``windows`` windows of
+    series of ``clocks(vms, seed)``; print a JSON summary."""
+    from agents.collocation import group
+    specs, _ = clocks(vms, seed)
+    rng = np.random.default_rng(seed + 2)
+    ref = specs["vm1"]
+    t = [T0_NS + int((i + 0.5) * WINDOW_S * S) for i in range(windows)]
+    drift = {v: np.array([sp.frequency_ppm(x) - ref.frequency_ppm(x) for x in t])
+             + rng.normal(0, 0.02, windows) for v, sp in specs.items()}
+    offset = {v: np.array([sp.offset_at(x) - ref.offset_at(x) for x in t])
+              + rng.normal(0, 100, windows) for v, sp in specs.items()}
+    t0 = time.process_time()
+    groups = group(drift, 0.02, offset_series=offset, offset_sigma_ns=150.0)
+    print(json.dumps({"cpu": time.process_time() - t0,
+                      "groups": [[g.members, g.confidence] for g in groups]}))
+
+
+def run(tree: str, *args: str) -> dict:
     env = {**os.environ, "PYTHONPATH": tree}
-    out = subprocess.run([sys.executable, __file__, "--worker", path], env=env, check=True,
+    out = subprocess.run([sys.executable, __file__, "--worker", *args], env=env, check=True,
                          capture_output=True, text=True, cwd=tree).stdout
     return json.loads(out)
 
@@ -210,10 +233,13 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=20.0, help="coded pairs/s per peer")
     ap.add_argument("--peers", type=int, default=16, help="random peers each VM probes")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--series", type=int, default=150,
+                    help="windows of series for the collocation table (0: no table)")
+    ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        worker(args.worker)
+        worker(*args.worker) if len(args.worker) == 1 else group_worker(
+            *map(int, args.worker))
         return
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"before": checkout(args.before, tmp), "this": str(REPO)}
@@ -256,6 +282,23 @@ def main() -> None:
                   f"total {ct['total'] / cb['total']:.2f}; offset p99 {off:.2f}, drift p99 "
                   f"{drift:.2f}"
                   f"; estimates differ by at most {do:.3g} ns, {dd:.3g} ppm", flush=True)
+        if args.series:
+            from agents.collocation import precision_recall
+            from session.scoring import truth_groups
+            print(f"\ncollocation.group on {args.series} windows of series (CPU s per call)")
+            for vms in map(int, args.vms.split(",")):
+                res = {label: run(tree, str(vms), str(args.series), str(args.seed))
+                       for label, tree in trees.items()}
+                truth = truth_groups(clocks(vms, args.seed)[1])
+                same = [g for g, _ in res["this"]["groups"]] == \
+                    [g for g, _ in res["before"]["groups"]]
+                conf = max(abs(a[1] - b[1]) for a, b in zip(
+                    res["this"]["groups"], res["before"]["groups"], strict=False))
+                pr = precision_recall([g for g, _ in res["this"]["groups"]], truth)
+                print(f"{vms:4d} VMs: before {res['before']['cpu']:.3f} s, this "
+                      f"{res['this']['cpu']:.3f} s (ratio "
+                      f"{res['this']['cpu'] / res['before']['cpu']:.2f}); same groups {same}, "
+                      f"confidences differ by {conf:.2g}; precision/recall {pr}", flush=True)
 
 
 if __name__ == "__main__":
