@@ -35,7 +35,6 @@ probability.
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -262,16 +261,9 @@ class _Tests:
             runs.append((ostat, ok_, on))
         return runs
 
-    def many(self, a: _Cluster, others: list[_Cluster]) -> list[list[tuple | None]]:
-        """Per other cluster, the ``(S, k, n)`` of each test that had enough data."""
-        out: list[list[tuple | None]] = [[] for _ in others]
-        for stat, k, n in self._runs(a, _Stack.of(others)):
-            for i, t in enumerate(zip(stat, k, n, strict=True)):
-                out[i].append(None if np.isnan(t[0]) else (float(t[0]), int(t[1]), int(t[2])))
-        return out
-
     def p_values(self, a: _Cluster, others: _Stack) -> np.ndarray:
-        """``p_value`` of ``many``'s tests, for all others at once (the same floats)."""
+        """Per other cluster the least p-value of the tests (-1, never merged, without a
+        drift test)."""
         runs = self._runs(a, others)
         stat, k, _ = runs[0]
         with np.errstate(invalid="ignore"):
@@ -281,23 +273,16 @@ class _Tests:
                              np.minimum(p, chdtrc(ok_, ostat)))
         return p
 
-    @staticmethod
-    def p_value(tests: list[tuple | None]) -> float:
-        """The least p-value of the tests; -1 (never merged) without a drift test."""
-        if tests[0] is None:
-            return -1.0
-        return min(float(chdtrc(t[1], t[0])) for t in tests if t is not None)
-
-    @staticmethod
-    def q_same(tests: list[tuple | None]) -> float:
-        """The least BIC posterior of "same host" over the tests (0.5 without data)."""
-        return min((_q_same(t) for t in tests if t is not None), default=0.5)
-
-
-def _q_same(t: tuple[float, int, int]) -> float:
-    """BIC posterior (equal priors) of "same host" against k free low-frequency terms."""
-    s, k, n = t
-    return 1.0 / (1.0 + math.exp(min((s - k * math.log(n)) / 2.0, 700.0)))
+    def q_sames(self, a: _Cluster, others: _Stack) -> np.ndarray:
+        """Per other cluster the least BIC posterior (equal priors) of "same host" against
+        k free low-frequency terms over the tests, ``1 / (1 + exp((S - k ln n) / 2))``
+        (0.5 without data)."""
+        q = np.full(len(others.sizes), np.inf)
+        for stat, k, n in self._runs(a, others):
+            with np.errstate(invalid="ignore", divide="ignore"):
+                qi = 1.0 / (1.0 + np.exp(np.minimum((stat - k * np.log(n)) / 2.0, 700.0)))
+            q = np.where(np.isnan(stat), q, np.minimum(q, qi))
+        return np.where(np.isinf(q), 0.5, q)
 
 
 def _noise_floor(x: np.ndarray, finite: np.ndarray, bases: _Bases) -> float:
@@ -462,11 +447,10 @@ def group(drift_series: dict[str, np.ndarray], sigma_ppm: float, *, alpha: float
                 rest_c = rest[0]
                 for r in rest[1:]:
                     rest_c = rest_c.merged(r)
-                conf = min(conf, tests.q_same(tests.many(clusters[i], [rest_c])[0]))
+                conf = min(conf, float(tests.q_sames(clusters[i], _Stack.of([rest_c]))[0]))
         others = [h for h in finals if h is not g]
         if others:
-            for t in tests.many(g, others):
-                conf = min(conf, 1.0 - tests.q_same(t))
+            conf = min(conf, float((1.0 - tests.q_sames(g, _Stack.of(others))).min()))
         groups.append(Group(sorted(names[i] for i in g.members), float(conf)))
     groups.sort(key=lambda gr: gr.members)
     return groups
