@@ -11,13 +11,12 @@ import threading
 from typing import TYPE_CHECKING
 
 from mininet.node import Host, Node
-from pyroute2 import netns
 
 from agents.clock import ENV_VAR
 from lab import fabric, tc, vmclock
 from lab.errors import LabError
 from lab.names import netns_name
-from lab.netlink import attach_netns, ns_iproute, remove_netns
+from lab.netlink import attach_netns, entered, ns_iproute, remove_netns
 from topo.routing import ROUTER_ROLES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,8 +71,7 @@ class LabNode(Node):
         Raises:
             LabError: a key is unknown or the write failed.
         """
-        netns.pushns(self.netns)  # /proc/sys/net is the caller's namespace's
-        try:
+        with entered(self.netns):  # /proc/sys/net is the caller's namespace's
             for a in assignments:
                 key, value = a.split("=", 1)
                 try:
@@ -81,8 +79,6 @@ class LabNode(Node):
                         f.write(value)
                 except OSError as e:
                     raise LabError(f"{self.name}: sysctl {a} failed: {e}") from e
-        finally:
-            netns.popns()
 
     def terminate(self) -> None:
         with self._ipr_lock:

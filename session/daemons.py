@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pyroute2 import netns
 
 from agents import probeio
 from agents.coordinator import DRIFT_WINDOWS
@@ -27,6 +26,7 @@ from agents.probe import HEADER_LEN, TAG_LEN
 from lab import native
 from lab.errors import LabError
 from lab.names import state_dir
+from lab.netlink import entered
 from workloads.stats import percentiles
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -83,11 +83,8 @@ def ns_http_get(ns: str, host: str, port: int, path: str, timeout: float = 3.0) 
     Raises:
         OSError: connection failed; ValueError: not JSON.
     """
-    netns.pushns(ns)
-    try:
+    with entered(ns):
         sock = socket.create_connection((host, port), timeout=timeout)
-    finally:
-        netns.popns()
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     conn.sock = sock
     try:

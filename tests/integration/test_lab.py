@@ -34,6 +34,38 @@ def test_two_labs_side_by_side_do_not_interfere(nslab_lab):
     assert " 0% packet loss" in b["vm1"].cmd("ping -c1 -W1 10.2.1.2")
 
 
+def test_a_reader_after_teardown_does_not_recreate_namespaces():
+    """A netlink read that comes late (a TUI poll on a new thread while the lab is torn
+    down) fails; pyroute2's pushns would re-create the namespace (seen: a TUI test left its
+    four routers' namespaces behind)."""
+    import threading
+
+    import pytest
+
+    from lab.lab import Lab, lab_netns
+    lab = Lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=1), name="it_late")
+    try:
+        lab.start()
+        leaf = lab["leaf1"]
+    finally:
+        lab.stop()
+    got = []
+    t = threading.Thread(target=lambda: got.append(_try(lambda: leaf.ipr)))
+    t.start()
+    t.join()
+    assert isinstance(got[0], FileNotFoundError), got
+    assert lab_netns("it_late") == []
+    with pytest.raises(FileNotFoundError):
+        leaf.sysctl("net.ipv4.ip_forward=1")
+
+
+def _try(fn):
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - the test inspects it
+        return e
+
+
 def test_plain_mininet_topology_runs_on_bridges(nslab_lab):
     lab = nslab_lab(SingleSwitchTopo(k=3), name="it_plain")
     assert lab.pingAll() == 0.0

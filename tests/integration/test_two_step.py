@@ -14,7 +14,7 @@ placement: {vms_per_host: 2}
 hosts: {cpu_cores: 0.5}
 agents: {enabled: true, rate: 20, window_s: 2}
 jobs:
-  - {name: a2a, collective: all_to_all, ranks: 4, bytes: 4000000, iterations: 3}
+  - {name: a2a, collective: all_to_all, ranks: 4, bytes: 2000000, iterations: 3}
 two_step: {job: a2a}
 """
 
