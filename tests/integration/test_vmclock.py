@@ -4,6 +4,7 @@ machine's clock (whose state is read, read-only, before and after)."""
 import ctypes
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -100,8 +101,11 @@ def test_programs_in_a_vm_read_and_discipline_the_vm_clock(nslab_lab, clockread)
     assert before <= stamp <= after, (before, stamp, after)
     out, err = rx.communicate(timeout=15)
     got = json.loads(out or err)
-    for kind in ("cmsg", "ioctl"):  # the stamp precedes the read just after the receive
-        assert 0 <= min(got[kind]) and max(got[kind]) < 5 * MS, got  # (a wake-up apart)
+    # the stamp precedes the read just after the receive, a wake-up apart: the median, since
+    # one late wake-up took 9.4 ms in a fresh-clone run (a stamp on the wrong clock would be
+    # 7 ms off, vm1's offset, in every sample)
+    for kind in ("cmsg", "ioctl"):
+        assert 0 <= min(got[kind]) and statistics.median(got[kind]) < 5 * MS, got
     # sent to itself: both stamps between VM clock reads around send and receive, the
     # narrowest of 20 within 50 us
     for before, cmsg, ioctl, after in got["self"]:
