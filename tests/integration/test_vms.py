@@ -1,6 +1,7 @@
 """VMs: CPU of shared physical hosts, clocks as the hypervisor publishes them, pause, migration."""
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -15,34 +16,36 @@ def three_vms(nslab_lab, name, **kw):
     return nslab_lab(topo, name=name, **kw)
 
 
-LOOP = "python3 -c 'import time; t = time.perf_counter(); sum(range(8_000_000)); " \
-       "print(time.perf_counter() - t)'"
+LOOP = "python3 -c 'import time; w, c = time.perf_counter(), time.process_time(); " \
+       "sum(range(8_000_000)); print((time.perf_counter() - w) / (time.process_time() - c))'"
 
 
-def loop_s(vm) -> float:
+def stretch(vm) -> float:
+    """Wall time over CPU time of a busy loop in ``vm``: 1 / the CPU share it got (2 at half a
+    core). A ratio, so a run that is slower per instruction (the machine's other load, cache,
+    frequency) counts alike in both terms."""
     return float(vm.cmd(LOOP).strip().splitlines()[-1])
 
 
 def test_noisy_neighbour_slows_a_vm_on_the_same_host_only(nslab_lab):
     lab = three_vms(nslab_lab, "it_cpu", cpu_cores=0.5)
-    # three rounds of idle then busy, the least of each: a round lands on a random phase of
-    # the CFS quota period (100 ms), and other work on the machine hits the idle and busy
-    # runs of one round alike. Seen
-    # here: same-host slowdown 1.6-2.4, other host 0.98-1.05 in a quiet lab; single runs
-    # during the full suite: other host 0.24 s idle, 0.31 s busy.
+    # three rounds of idle then busy, the median of each: a round lands on a random phase of
+    # the CFS quota period (100 ms). Wall-clock times alone failed once in a fresh clone (the
+    # other host 0.61 s busy vs 0.44 s idle): the CPU time of the same loop moves with them.
+    # Seen with stretches: idle 1.8-2.1 on both hosts, busy 4.0-4.3 same host, 2.0 other.
     runs: dict[str, list[float]] = {"idle_same": [], "idle_other": [], "busy_same": [],
                                     "busy_other": []}
     for _ in range(3):
-        runs["idle_same"].append(loop_s(lab["vm2"]))
-        runs["idle_other"].append(loop_s(lab["vm3"]))
+        runs["idle_same"].append(stretch(lab["vm2"]))
+        runs["idle_other"].append(stretch(lab["vm3"]))
         lab.faults.cpu_hog("vm1")
         time.sleep(0.3)
-        runs["busy_same"].append(loop_s(lab["vm2"]))
-        runs["busy_other"].append(loop_s(lab["vm3"]))
+        runs["busy_same"].append(stretch(lab["vm2"]))
+        runs["busy_other"].append(stretch(lab["vm3"]))
         lab.faults.cpu_hog("vm1", enable=False)
-    best = {k: min(v) for k, v in runs.items()}
-    assert best["busy_same"] > 1.4 * best["idle_same"], runs  # fair share: 2x
-    assert best["busy_other"] < 1.3 * best["idle_other"], runs
+    mid = {k: statistics.median(v) for k, v in runs.items()}
+    assert mid["busy_same"] > 1.5 * mid["idle_same"], runs  # fair share: 2x
+    assert mid["busy_other"] < 1.25 * mid["idle_other"], runs
     assert lab.cgroups.cpu_usage_ns("phys1", "vm1") > 0.1e9
 
 
