@@ -5,8 +5,12 @@ the mean imbalance (leaf-spine bytes max/mean), retransmissions and reordering, 
 paper's claim beside them (Ethereal up to 30 % below spraying, 40 % below REPS).
 
     sudo .venv/bin/python benchmarks/lb.py [--seeds 1,2] [--oversubscription 1,2]
-        [--vms-per-leaf 2] [--collectives all_to_all,halving_doubling,ring]
+        [--vms-per-leaf 2] [--host-bw 100] [--collectives all_to_all,halving_doubling,ring]
         [--cases symmetric,link_down,degraded] [--bytes 8000000] [--iterations 2]
+
+``--host-bw`` sets the VM links' rate, Mbit/s (the leaf-spine links follow from the
+oversubscription): the ranks' Python transport costs CPU per byte, so at 100 Mbit/s the 2-core
+machine this was written on saturates; 50 keeps it out of the way.
 
 A seed changes ECMP's hash (``fib_multipath_hash_seed``), the spraying draws and REPS's
 exploring. Every run's fidelity line says whether the machine was saturated (timings then are
@@ -32,6 +36,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2")
     ap.add_argument("--oversubscription", default="1")
     ap.add_argument("--vms-per-leaf", type=int, default=2)
+    ap.add_argument("--host-bw", type=float, default=100.0, help="VM link rate, Mbit/s")
     ap.add_argument("--collectives", default="all_to_all,halving_doubling,ring")
     ap.add_argument("--cases", default="symmetric,link_down,degraded")
     ap.add_argument("--bytes", type=int, default=8_000_000)
@@ -45,7 +50,8 @@ def main() -> None:
             "oversubscription": [float(x) for x in args.oversubscription.split(",")],
             "collectives": args.collectives.split(","), "cases": args.cases.split(","),
             "bytes": args.bytes, "iterations": args.iterations})
-        topology = sc.topology.model_copy(update={"vms_per_leaf": args.vms_per_leaf})
+        topology = sc.topology.model_copy(update={"vms_per_leaf": args.vms_per_leaf,
+                                                 "host_bw": args.host_bw})
         sc = sc.model_copy(update={"seed": seed, "lb": spec, "topology": topology})
         topo, problems = build(sc.topology, sc.placement, seed, Path("."))
         assert topo is not None, problems

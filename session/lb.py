@@ -20,7 +20,8 @@ Every mode opens the same ``conns_per_peer`` connections per peer (the balancers
 path; the fabric-only modes get as many flows to hash or spray). Per run: completion (the
 job's, VM clocks), imbalance = max / mean of the bytes on the leaf-spine links that stayed up
 (both directions, the lab's interface counters; 1.0 is perfect), the ranks' TCP
-retransmissions, RTOs and reordering (out-of-order packets received, ``TCP_INFO``), and
+retransmissions, RTOs and reordering (reordering events the senders detected, ``TCP_INFO``
+reord_seen: not the holes losses leave), and
 whether the job finished (every rank verified). "Mid-job" is read from the lab's counters: the
 link goes down once the leaf-spine links have carried ``down_at`` of the bytes the same mode's
 symmetric run carried (at the first bytes when the section has no symmetric case), whatever

@@ -581,8 +581,9 @@ class LbRun(_Model):
                                                 "(TCP_INFO, warm-up included)")
     rtos: int | None = Field(description="the ranks' TCP retransmission timeouts (TCP_INFO; "
                                          "null before Linux 6.7)")
-    reordering: int | None = Field(description="out-of-order packets the ranks received "
-                                               "(TCP_INFO rcv_ooopack)")
+    reordering: int | None = Field(description="reordering events the ranks' TCP senders "
+                                               "detected (TCP_INFO reord_seen; losses are not "
+                                               "counted)")
     finished: bool = Field(description="every rank verified every iteration in time")
     fault_at_s: float | None = Field(description="link_down: when the link went down, s after "
                                                  "the job's launch")

@@ -691,9 +691,13 @@ class Mesh:
 
     def _poll(self, links: list[_Link]) -> None:
         """Read ``TCP_INFO`` of the connections carrying data: acknowledged frames to the
-        balancer, a retransmission timeout to it (and the unsent frames where it says)."""
+        balancer, a retransmission timeout to it (and the unsent frames where it says); the
+        unsent frames of a connection the balancer no longer uses dealt where it says."""
         now = time.monotonic()
         for ln in links:
+            targets = self.balancer.reroute(ln.peer, ln.conn, now) if ln.sendq else None
+            if targets:
+                self._move(ln, targets)
             if not (ln.sendq or ln.unacked or ln.in_rto):
                 continue
             try:
@@ -710,19 +714,20 @@ class Mesh:
             if info.in_timeout and not ln.in_rto:
                 target = self.balancer.timeout(ln.peer, ln.conn, now)
                 if target is not None:
-                    self._move(ln, target)
+                    self._move(ln, [target])
             ln.in_rto = info.in_timeout
 
-    def _move(self, ln: _Link, target: int) -> None:
-        """Move ``ln``'s frames not started yet to connection ``target`` of the same peer
-        (-1: back to the peer's pool)."""
+    def _move(self, ln: _Link, targets: list[int]) -> None:
+        """Move ``ln``'s frames not started yet to the connections ``targets`` of the same
+        peer, dealt in turn (``[-1]``: back to the peer's pool)."""
         keep = deque([ln.sendq.popleft()]) if ln.sendq and ln.sendq[0].sent else deque()
         moved, ln.sendq = ln.sendq, keep
-        if target < 0:
+        if targets == [-1]:
             self._pool[ln.peer].extendleft(reversed(moved))
             self._inflight[ln.peer] -= len(moved)
-        else:
-            self._links[ln.peer][target].sendq.extend(moved)
+            return
+        for i, fr in enumerate(moved):
+            self._links[ln.peer][targets[i % len(targets)]].sendq.append(fr)
 
     def _pump(self, ln: _Link, readable: bool, writable: bool, label: str) -> None:
         sock = ln.sock
@@ -804,8 +809,10 @@ class Mesh:
 
     def tcp_totals(self) -> dict:
         """Over every connection now (``TCP_INFO``): ``retransmits`` (segments), ``rtos``
-        (retransmission timeouts; None before Linux 6.7) and ``reordering`` (out-of-order
-        packets received; None before 5.4)."""
+        (retransmission timeouts; None before Linux 6.7) and ``reordering`` (reordering
+        events the senders detected, ``tcpi_reord_seen``: segments that arrived out of order
+        and were not lost, unlike the receiver's out-of-order count, which every loss's hole
+        also raises; None before 4.19)."""
         infos = []
         for lns in self._links.values():
             for ln in lns:
@@ -818,7 +825,7 @@ class Mesh:
             vals = [getattr(i, name) for i in infos]
             return None if None in vals else sum(vals)
         return {"retransmits": total("total_retrans"), "rtos": total("total_rto"),
-                "reordering": total("rcv_ooopack")}
+                "reordering": total("reord_seen")}
 
     # -- tear-down ------------------------------------------------------------------------
 

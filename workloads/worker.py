@@ -28,7 +28,7 @@ writes it to ``--json PATH`` if given. Fields (units in the names):
     connections: peer, conn, local, remote, initiator, dscp), balancer (none, ethereal, reps),
     lb (what the balancer did: ``workloads.lb.balancer`` stats, the paths it found per peer),
     tcp (over the rank's connections at the end, warm-up included: retransmits, rtos,
-    reordering = out-of-order packets received; ``Mesh.tcp_totals``).
+    reordering = reordering events the senders detected; ``Mesh.tcp_totals``).
 
 Exit status: 0 success, 1 the job failed (peer unreachable or lost, timeout, SIGTERM,
 internal error), 2 bad configuration, 3 a result differed from the reference. The worker never

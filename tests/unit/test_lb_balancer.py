@@ -2,6 +2,8 @@
 Ethereal's per-step split and failure rule, REPS's clean signal, and real collectives over
 loopback meshes steered by each balancer (the frames reassemble whatever connection they
 took)."""
+import threading
+import time
 from collections import Counter
 
 import pytest
@@ -67,6 +69,36 @@ def test_ethereal_puts_equal_bytes_on_every_healthy_path_and_sends_local_peers_d
     assert set(far) == {0, 1, 3} and max(far.values()) - min(far.values()) <= 4, far
     assert set(bytes_per_conn(eth.split(sends, 10.0 + eth.failed.reset_s))) == {0, 1, 2, 3}
     assert eth.stats()["failed_marks"] == 1 and eth.stats()["moves"] == 1
+
+
+def test_ethereal_re_probes_and_balances_over_the_spines_left():
+    """A link down remapped by the fabric: entropy values 1 and 2 (connections 0 and 1) now
+    reach one spine. A timeout wakes the re-probe; every peer of that leaf gets the paths
+    found, and a probe that went unanswered changes nothing."""
+    answers = iter([[0, 2, 3], None])
+    probed = []
+    woken = threading.Event()
+
+    def reprobe(peer):
+        probed.append(peer)
+        woken.set()
+        return next(answers, None)
+
+    eth = Ethereal(two_leaves(8, 4)(1), 4, rank=1, reprobe=reprobe, reprobe_s=3600)
+    eth.timeout(5, 1, now_s=0.0)
+    deadline = time.monotonic() + 5
+    while eth.path_changes == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sends = [(p, 1_000_003) for p in range(4, 8)]
+    far = bytes_per_conn(eth.split(sends, now_s=eth.failed.reset_s))  # the mark is over
+    assert set(far) == {0, 2, 3} and max(far.values()) - min(far.values()) <= 4, far
+    assert probed == [4] and eth.stats()["path_changes"] == 1
+    now = eth.failed.reset_s
+    assert sorted(eth.reroute(5, 1, now)) == [0, 2, 3]  # its unsent frames dealt over these
+    assert eth.reroute(5, 0, now) is None and eth.reroute(2, 1, now) is None  # kept; own leaf
+    woken.clear()
+    eth.timeout(5, 2, now_s=0.0)
+    assert woken.wait(5) and all(eth.routes.paths[p] == [0, 2, 3] for p in range(4, 8))
 
 
 def test_ethereal_rotates_the_round_robin_by_rank():

@@ -17,7 +17,13 @@ receiver needs no knowledge of the split.
   ranks of one leaf do not all start on the same spine; peers in the rank's own leaf go
   direct. A retransmission timeout (``TCP_INFO``: RTO backoff or ``TCP_CA_Loss``) marks
   (path, leaf) failed for ``reset_s`` and the connection's unsent frames move to a random
-  healthy path.
+  healthy path. Beside the paper's rule, a thread re-probes the spine hop of every entropy
+  value towards each destination leaf every ``reprobe_s`` (and at once after a timeout): a
+  fabric that remaps a dead link's entropy values to a live spine (a resilient ECMP group, as
+  the lab's ``entropy`` mode does) shows no timeout to most flows, only two entropy values
+  now reaching one spine; the path list then keeps one of them, so the equal-byte rule holds
+  over the spines that are left, and the unsent frames of a connection that left the list are
+  dealt over the ones in it (``reroute``). A re-probe that misses an answer changes nothing.
 * ``RepsLb`` (Bonato et al., arXiv 2407.21625): per peer, a ``workloads.lb.reps.Reps`` ring
   of entropy values (connections) chooses the connection of every frame when the frame is
   dispatched, at most ``inflight`` frames unacknowledged per peer so choices follow
@@ -31,7 +37,8 @@ receiver needs no knowledge of the split.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from workloads.lb.ethereal import FailedPaths, assign
@@ -86,6 +93,15 @@ def routes_from_hops(hops: dict[int, dict[int, list[str | None]]], conns: int) -
     return out
 
 
+def spine_paths(host: str, conns: int, timeout_s: float) -> list[int] | None:
+    """Connections towards ``host`` that take distinct spines now (TTL-2 probes, one per
+    entropy value, ``workloads.lb.paths``), or None when a probe went unanswered."""
+    hops = discover(host, list(range(1, conns + 1)), max_ttl=2, timeout_s=timeout_s)
+    if any(len(h) < 2 or h[1] is None for h in hops.values()):
+        return None
+    return [d - 1 for d in distinct_paths(hops)]
+
+
 class Even:
     """Every message in ``conns`` equal parts, part c on connection c."""
 
@@ -107,6 +123,11 @@ class Even:
         unsent frames to, or None to leave them."""
         return None
 
+    def reroute(self, peer: int, conn: int, now_s: float) -> list[int] | None:
+        """The connections to deal ``conn``'s unsent frames to ``peer`` over, when it should
+        no longer carry them; None to leave them."""
+        return None
+
     def stats(self) -> dict:
         """What the balancer did (for the worker's report): its name, the paths it found
         per peer (connection indices) and its own counters."""
@@ -122,19 +143,46 @@ class Ethereal(Even):
         rank: the rank (offset of its round-robin).
         reset_s: how long a (path, leaf) stays failed after a timeout, s.
         rng: choice of the healthy path a failed connection's frames move to.
+        reprobe: peer -> its path connections probed now, or None when a probe went
+            unanswered (``make``: ``spine_paths``); None: no re-probing.
+        reprobe_s: period of the re-probing, s.
     """
 
     name = "ethereal"
     poll_s = 0.005
 
     def __init__(self, routes: Routes, conns: int, rank: int, reset_s: float = 1.0,
-                 rng: random.Random | None = None):
+                 rng: random.Random | None = None,
+                 reprobe: Callable[[int], list[int] | None] | None = None,
+                 reprobe_s: float = 0.5):
         super().__init__(conns)
         self.routes, self.rank = routes, rank
         self.failed = FailedPaths(reset_s)
         self.rng = rng or random.Random(rank)
         self.marks = 0
         self.moves = 0
+        self.path_changes = 0
+        self._wake = threading.Event()
+        if reprobe is not None:
+            threading.Thread(target=self._watch, args=(reprobe, reprobe_s), daemon=True,
+                             name="ethereal-reprobe").start()
+
+    def _watch(self, reprobe: Callable[[int], list[int] | None], period_s: float) -> None:
+        """Re-probe one peer per destination leaf every ``period_s`` (or when woken) and give
+        every peer of that leaf the paths found (atomic list swaps: ``split`` runs on)."""
+        while True:
+            self._wake.wait(period_s)
+            self._wake.clear()
+            by_leaf: dict[tuple[str, ...], list[int]] = {}
+            for peer, leaf in self.routes.leaf.items():
+                if leaf is not None:
+                    by_leaf.setdefault(leaf, []).append(peer)
+            for peers in by_leaf.values():
+                found = reprobe(peers[0])
+                if found and found != self.routes.paths[peers[0]]:
+                    self.path_changes += 1
+                    for peer in peers:
+                        self.routes.paths[peer] = found
 
     def healthy(self, peer: int, now_s: float) -> list[int]:
         """The peer's path connections not marked failed towards its leaf, rotated by the
@@ -165,6 +213,7 @@ class Ethereal(Even):
 
     def timeout(self, peer: int, conn: int, now_s: float) -> int | None:
         self.marks += 1
+        self._wake.set()
         if self.routes.leaf.get(peer, ()) is None:
             return None
         self.failed.mark(conn, self._leaf(peer), now_s)
@@ -174,8 +223,17 @@ class Ethereal(Even):
         self.moves += 1
         return self.rng.choice(others)
 
+    def reroute(self, peer: int, conn: int, now_s: float) -> list[int] | None:
+        """A connection to a far leaf that is no longer among the healthy paths (re-probed
+        away, or marked failed): the healthy paths."""
+        if self.routes.leaf.get(peer, ()) is None:
+            return None
+        paths = self.healthy(peer, now_s)
+        return paths if paths and conn not in paths else None
+
     def stats(self) -> dict:
-        return {**super().stats(), "failed_marks": self.marks, "moves": self.moves}
+        return {**super().stats(), "failed_marks": self.marks, "moves": self.moves,
+                "path_changes": self.path_changes}
 
 
 class RepsLb(Even):
@@ -248,5 +306,6 @@ def make(kind: str, rank: int, hosts: Sequence[str], conns: int, seed: int = 0,
     routes = routes_from_hops({p: discover(h, dscps, max_ttl=4, timeout_s=timeout_s)
                                for p, h in enumerate(hosts) if p != rank}, conns)
     if kind == "ethereal":
-        return Ethereal(routes, conns, rank)
+        return Ethereal(routes, conns, rank,
+                        reprobe=lambda peer: spine_paths(hosts[peer], conns, timeout_s))
     return RepsLb(routes, conns, seed=seed * 1009 + rank)

@@ -15,7 +15,7 @@ TCP_CA_LOSS = 4
 _FIELDS = {  # name: (offset, struct format)
     "ca_state": (1, "B"), "backoff": (4, "B"), "rtt_us": (68, "I"), "total_retrans": (100, "I"),
     "bytes_acked": (120, "Q"), "min_rtt_us": (148, "I"), "reord_seen": (220, "I"),
-    "rcv_ooopack": (224, "I"), "total_rto": (240, "H"),
+    "total_rto": (240, "H"),
 }
 _SIZE = 256
 
@@ -31,7 +31,6 @@ class TcpInfo:
         total_retrans: segments retransmitted over the connection's life.
         bytes_acked: bytes the peer acknowledged.
         reord_seen: reordering events the sender saw (since 4.19).
-        rcv_ooopack: out-of-order packets received (since 5.4).
         total_rto: retransmission timeouts over the life (since 6.7).
     """
 
@@ -42,7 +41,6 @@ class TcpInfo:
     bytes_acked: int | None
     min_rtt_us: int | None
     reord_seen: int | None
-    rcv_ooopack: int | None
     total_rto: int | None
 
     @property
