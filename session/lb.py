@@ -118,7 +118,7 @@ def job_config(spec: LbSpec, mode: str, collective: str) -> JobConfig:
 
 def balancer_events(workers: list[dict | None]) -> dict[str, int]:
     """The ranks' balancer counters summed (``workloads.lb.balancer`` stats: failed_marks,
-    moves, freezes, clean_acks, marked_acks; none for ecmp and spray)."""
+    moves, path_changes, freezes, clean_acks, marked_acks; none for ecmp and spray)."""
     out: dict[str, int] = {}
     for d in workers:
         for k, v in ((d or {}).get("lb") or {}).items():

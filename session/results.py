@@ -590,8 +590,9 @@ class LbRun(_Model):
     link_bytes: dict[str, int] = Field(description="bytes per leaf-spine link (leaf-spine) "
                                                    "during the run")
     balancer_events: dict[str, int] = Field(description="the ranks' balancer counters summed: "
-                                            "ethereal failed_marks, moves; reps clean_acks, "
-                                            "marked_acks, freezes (empty for ecmp, spray)")
+                                            "ethereal failed_marks, moves, path_changes; reps "
+                                            "clean_acks, marked_acks, freezes (empty for "
+                                            "ecmp, spray)")
     error: str | None = Field(description="null, or why the run failed")
 
 
