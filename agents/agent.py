@@ -21,9 +21,9 @@ What it does (Huygens, Geng et al., NSDI 2018, with kernel software timestamps):
   it during the last two windows, so each probed pair has both directions (the fit needs
   both).
 * Reports go to the coordinator over TCP as JSON lines (``API.md``, "Agent reports"), every
-  ``report_s``. The connection is re-established with exponential backoff (0.2 s .. 5 s,
-  jittered). Records wait in a bounded buffer: when full, the oldest are dropped and counted
-  (``records_dropped``).
+  ``report_s``, their records packed (``agents.messages.pack_records``). The connection is
+  re-established with exponential backoff (0.2 s .. 5 s, jittered). Records wait in a
+  bounded buffer: when full, the oldest are dropped and counted (``records_dropped``).
 * Received datagrams are validated as ``agents.probe.ProbeFilter`` does; rejects are counted
   by reason and reported, never fatal.
 * Everything done per datagram (encoding, sending, TX stamps, validation, pairing) runs in
@@ -44,7 +44,7 @@ from collections import Counter, deque
 from dataclasses import dataclass
 
 from agents.clock import Clock, ClockSpec
-from agents.messages import REPORT_SCHEMA, AgentStats, Hello, Report
+from agents.messages import REPORT_SCHEMA, AgentStats, Hello, Report, pack_records
 from agents.probe import length, node_id, peer_ids
 from agents.probeio import ProbeIO
 
@@ -334,10 +334,11 @@ class Reporter(threading.Thread):
                     src, pid, i, tx, rx = a.records.popleft()
                 except IndexError:
                     break
-                rows.setdefault(src, []).append([pid, i, tx, rx])
+                rows.setdefault(src, []).extend((pid, i, tx, rx))
                 n += 1
             last = n < self.batch
-            msg = Report(name=a.cfg.name, t_ns=t_ns if last else None, rx=rows,
+            msg = Report(name=a.cfg.name, t_ns=t_ns if last else None,
+                         rx_packed=pack_records(rows),
                          stats=a.stats() if last else None)
             lines.append((msg.model_dump_json().encode() + b"\n", n))
             if last:

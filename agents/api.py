@@ -1,5 +1,5 @@
 """The coordinator's servers: the agents' report listener (TCP, JSON lines of
-``nslab.report/1``) and the HTTP API (``GET /api/v1/state``, ``/api/v1/health``), each in a
+``nslab.report/2``) and the HTTP API (``GET /api/v1/state``, ``/api/v1/health``), each in a
 daemon thread beside the window processing (``Service``, ``serve``). Formats: ``API.md``,
 ``agents.messages``.
 """

@@ -11,8 +11,9 @@ next pair), for every agent that reported within ``live_s`` (an agent that only 
 counts with its start time; one that a peer named but that has not connected holds windows
 back for ``live_s``); later records are counted (``late_records``) and dropped.
 
-Records stay numpy arrays from the report on: each report's rows become one int64 array in
-one conversion, are put in windows at once, and a window's are sorted and joined per
+Records stay numpy arrays from the report on: each sender's records in a report become one
+int64 array (packed records, ``nslab.report/2``: straight from their bytes; JSON rows: in one
+conversion), a report's are put in windows at once, and a window's are sorted and joined per
 direction in one pass when it closes (a per-record Python object per step cost 4 us a record:
 2.5 s of CPU per window at 256 VMs).
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agents.clock import Clock
-from agents.messages import AgentStats, Hello, Report
+from agents.messages import RECORD, AgentStats, Hello, PackedRecords, Report
 from agents.segments import starts_of
 from agents.window import Records
 
@@ -131,46 +132,61 @@ class Inbox:
         vm.last_report_mono = time.monotonic()
         if msg.stats is not None:
             vm.stats = msg.stats
-        dst = self.index[vm.name]
-        senders, counts, shifts, by_tx, rows = [], [], [], [], []
+        senders, counts, parts = [], [], []
         for src, part in msg.rx.items():
+            arr = self._rows(part)
+            senders.append(src)
+            counts.append(arr.shape[0])
+            parts.append(arr)
+        if msg.rx_packed is not None:
+            arr = self._unpack(msg.rx_packed)
+            if arr is not None:
+                senders += msg.rx_packed.senders
+                counts += msg.rx_packed.counts
+                parts.append(arr)
+        for src in senders:
             self.vm(src)
-            if src == vm.name:
-                self.counters["bad_records"] += 1
-                continue
-            first = min(src, vm.name)  # the pair's first VM: its clock puts rows in windows
-            senders.append(self.index[src])
-            counts.append(len(part))
-            shifts.append(self.offsets_ns.get(first, 0.0))
-            by_tx.append(src == first)
-            rows.extend(part)
-        if rows:
-            arr, ok = self._rows(rows)
-            self._add_rows(dst, np.repeat(senders, counts)[ok], arr,
-                           np.repeat(shifts, counts)[ok], np.repeat(by_tx, counts)[ok])
+        if not senders or not sum(counts):
+            return vm.name
+        arr = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        counts = np.array(counts)
+        # each sender's VM index, whether it is the pair's first VM (whose clock, tx or rx,
+        # puts the rows in windows) and that VM's offset; a VM's own records are bad
+        src = np.repeat([self.index[x] for x in senders], counts)
+        by_tx = np.repeat([x < vm.name for x in senders], counts)
+        shift = np.repeat([self.offsets_ns.get(min(x, vm.name), 0.0) for x in senders], counts)
+        bad = np.repeat([x == vm.name for x in senders], counts) | (arr[:, 1] < 0) \
+            | (arr[:, 1] > 1)
+        self.counters["bad_records"] += int(bad.sum())
+        ok = ~bad
+        self._add_rows(self.index[vm.name], src[ok], arr[ok], shift[ok], by_tx[ok])
         return vm.name
 
-    def _rows(self, rows: list) -> tuple[np.ndarray, np.ndarray | slice]:
-        """Rows ``[pair_id, idx, tx_ns, rx_ns]`` as an (n, 4) int64 array, and which of
-        ``rows`` they are: a malformed row (not 4 integers, idx not 0 or 1) is counted in
-        ``bad_records`` and left out."""
+    def _rows(self, rows: list) -> np.ndarray:
+        """JSON rows ``[pair_id, idx, tx_ns, rx_ns]`` as an (n, 4) int64 array; a malformed
+        row (not 4 integers of int64) is counted in ``bad_records`` and left out."""
         try:
             arr = np.array(rows)
         except (ValueError, TypeError, OverflowError):
             arr = None
-        ok: np.ndarray | slice = slice(None)
         if arr is None or arr.dtype != np.int64 or arr.ndim != 2 or arr.shape[1] != 4:
-            ok = np.array([isinstance(row, list) and len(row) == 4 and all(
-                type(x) is int and -2 ** 63 <= x < 2 ** 63 for x in row) for row in rows])
-            arr = np.array([row for row, good in zip(rows, ok, strict=True) if good],
+            arr = np.array([row for row in rows if isinstance(row, list) and len(row) == 4
+                            and all(type(x) is int and -2 ** 63 <= x < 2 ** 63 for x in row)],
                            dtype=np.int64).reshape(-1, 4)
-            ok = np.flatnonzero(ok)
-        bad = (arr[:, 1] < 0) | (arr[:, 1] > 1)
-        self.counters["bad_records"] += len(rows) - arr.shape[0] + int(bad.sum())
-        if bad.any():
-            ok = np.arange(len(rows))[ok][~bad]
-            arr = arr[~bad]
-        return arr, ok
+            self.counters["bad_records"] += len(rows) - arr.shape[0]
+        return arr
+
+    def _unpack(self, packed: PackedRecords) -> np.ndarray | None:
+        """``Report.rx_packed`` as an (n, 4) int64 array; records that are not
+        ``sum(counts)`` records of ``senders`` (``agents.messages.pack_records``) are counted
+        in ``bad_records`` as the records their length would hold (at least one) and left out
+        (None)."""
+        raw = packed.records
+        if (len(packed.counts) != len(packed.senders) or min(packed.counts, default=0) < 0
+                or len(raw) != sum(packed.counts) * RECORD.size):
+            self.counters["bad_records"] += max(1, len(raw) // RECORD.size)
+            return None
+        return np.frombuffer(raw, dtype="<i8").reshape(-1, 4).astype(np.int64)
 
     def _add_rows(self, dst: int, src: np.ndarray, rows: np.ndarray, shift: np.ndarray,
                   by_tx: np.ndarray) -> None:

@@ -1,8 +1,12 @@
 """The agents' wire contracts, each defined once as a pydantic model (``API.md``).
 
-* ``nslab.report/1``: what an agent sends the coordinator over TCP, one JSON object per
+* ``nslab.report/2``: what an agent sends the coordinator over TCP, one JSON object per
   line: a ``Hello`` first on every connection, then ``Report`` lines (``AgentMessage``, a
-  union discriminated by ``type``; ``parse_message`` reads a line).
+  union discriminated by ``type``; ``parse_message`` reads a line). Version 2 adds the
+  packed records (``Report.rx_packed``, ``pack_records``): the probe records as little-endian
+  int64 arrays (base64 in the JSON line) instead of JSON rows, whose parsing was most of the
+  coordinator's CPU at 256 VMs (``benchmarks/coordinator.py``). The coordinator reads both
+  versions and both forms.
 * ``nslab.coordinator/1``: the coordinator's ``GET /api/v1/state`` document
   (``CoordinatorState``), and ``nslab.coordinator.health/1`` (``Health``).
 
@@ -11,26 +15,29 @@ in microseconds, ``*_ppm`` in ppm (1 ppm = 1 us/s), ``*_s`` in seconds. An unkno
 ``None`` (JSON ``null``), never NaN. Version 1 only ever adds fields: readers ignore fields
 they do not know (``extra="ignore"``); a document of another schema is rejected.
 
-Report rows (``[pair_id, idx, tx_ns, rx_ns]``) are validated by the coordinator one by one
-(``agents.ingest``): a malformed row is counted (``bad_records``), not fatal to its report.
+Report rows (``[pair_id, idx, tx_ns, rx_ns]``, JSON or packed) are validated by the coordinator
+(``agents.ingest``): a malformed row or packed string is counted (``bad_records``), not fatal
+to its report.
 
 Source of the estimates these documents carry: Geng et al., "Exploiting a Natural Network
 Effect for Scalable, Fine-grained Clock Synchronization", NSDI 2018.
 """
 from __future__ import annotations
 
+import struct
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, WithJsonSchema
 
 from agents.tcpsense import DestStats, NetCounters
 
-__all__ = ["HEALTH_SCHEMA", "REPORT_SCHEMA", "STATE_SCHEMA", "AgentMessage", "AgentStats",
-           "Collocation", "CoordinatorState", "Group", "Health", "Hello", "HistoryEntry",
-           "HistoryVm", "OwdStats", "PacerDest", "PacerReport", "Report", "VmState",
-           "parse_message"]
+__all__ = ["HEALTH_SCHEMA", "RECORD", "REPORT_SCHEMA", "STATE_SCHEMA", "AgentMessage",
+           "AgentStats", "Collocation", "CoordinatorState", "Group", "Health", "Hello",
+           "HistoryEntry", "HistoryVm", "OwdStats", "PacerDest", "PacerReport", "PackedRecords",
+           "Report", "VmState", "pack_records", "parse_message"]
 
-REPORT_SCHEMA = "nslab.report/1"
+REPORT_SCHEMA = "nslab.report/2"
 STATE_SCHEMA = "nslab.coordinator/1"
 HEALTH_SCHEMA = "nslab.coordinator.health/1"
 
@@ -42,7 +49,7 @@ class _Wire(BaseModel):
                               validate_by_name=True, validate_by_alias=True, extra="ignore")
 
 
-# ---- agent -> coordinator (nslab.report/1) --------------------------------------------------
+# ---- agent -> coordinator (nslab.report/2) --------------------------------------------------
 class _AgentWire(_Wire):
     # strict: an integer field takes a JSON integer only (no "123", no 1.0), as on the wire
     model_config = ConfigDict(strict=True)
@@ -79,8 +86,9 @@ class Hello(_AgentWire):
     """First line on every connection of an agent to the coordinator."""
 
     type: Literal["hello"] = "hello"
-    schema_: Literal["nslab.report/1"] = Field(alias="schema")
-    """The report schema; a hello of any other is rejected."""
+    schema_: Literal["nslab.report/1", "nslab.report/2"] = Field(alias="schema")
+    """The report schema the agent speaks (``nslab.report/2``: its reports may carry
+    ``rx_packed``); a hello of any other is rejected."""
     name: str = Field(min_length=1, max_length=64)
     """This VM's name (``--name``)."""
     ip: str | None = None
@@ -112,6 +120,45 @@ _ROW_SCHEMA = {
 Row = Annotated[Any, WithJsonSchema(_ROW_SCHEMA)]
 """One record, checked row by row by the coordinator (``agents.ingest``)."""
 
+RECORD = struct.Struct("<4q")
+"""One packed record: ``pair_id, idx, tx_ns, rx_ns`` as little-endian int64 (32 bytes)."""
+
+
+class PackedRecords(_AgentWire):
+    """A report's probe records packed (``nslab.report/2``): every sender's records one after
+    the other in one byte string, ``counts[i]`` of them from ``senders[i]``."""
+
+    # bytes are base64 in JSON, decoded and encoded by pydantic-core (binascii takes 5x longer)
+    model_config = ConfigDict(val_json_bytes="base64", ser_json_bytes="base64")
+
+    senders: list[str]
+    """The VMs the records came from, in the order of their records."""
+    counts: list[int]
+    """Records from each sender (as many entries as ``senders``)."""
+    records: bytes
+    """``sum(counts)`` records of 32 bytes (``RECORD``), each four little-endian int64
+    ``pair_id, idx, tx_ns, rx_ns``: ``tx_ns`` on the sender's VM clock, ``rx_ns`` on this
+    VM's clock. In JSON: base64 (RFC 4648; written in the URL-safe alphabet with padding,
+    read in either alphabet, padded or not); a line whose ``records`` is not base64 is
+    rejected."""
+
+
+def pack_records(by_sender: Mapping[str, Sequence[int]]) -> PackedRecords:
+    """Records as a ``Report.rx_packed``: ``by_sender`` maps a sender to its records' fields
+    in a row, ``pair_id, idx, tx_ns, rx_ns, pair_id, ...`` (ints).
+
+    Raises:
+        ValueError: a sender's values not a multiple of 4.
+        struct.error: a value outside int64.
+    """
+    for src, values in by_sender.items():
+        if len(values) % 4:
+            raise ValueError(f"records have 4 fields; {src} has {len(values)} values")
+    flat = [x for values in by_sender.values() for x in values]
+    return PackedRecords(senders=list(by_sender),
+                         counts=[len(v) // 4 for v in by_sender.values()],
+                         records=struct.pack(f"<{len(flat)}q", *flat))
+
 
 class Report(_AgentWire):
     """Records and counters of an agent, every ``report_s`` (split over several lines when
@@ -127,6 +174,10 @@ class Report(_AgentWire):
     rx: dict[str, list[Row]] = Field(default_factory=dict)
     """Probes this VM received, by sender: ``tx_ns`` on the sender's VM clock, ``rx_ns`` on
     this VM's clock."""
+    rx_packed: PackedRecords | None = None
+    """Such records packed (``nslab.report/2``; what the agents send, ``pack_records``);
+    when they are not ``sum(counts)`` records they are counted in the coordinator's
+    ``bad_records`` and skipped, the rest of the report kept."""
     stats: AgentStats | None = None
     """The agent's counters (on the last line of a report, else ``None``)."""
 
@@ -183,7 +234,7 @@ class PacerReport(_Wire):
 
 
 AgentMessage = Annotated[Hello | Report | PacerReport, Field(discriminator="type")]
-"""One line of ``nslab.report/1``."""
+"""One line of ``nslab.report/2`` (or ``/1``)."""
 _MESSAGE = TypeAdapter(AgentMessage)
 
 
@@ -320,8 +371,6 @@ class CoordinatorState(_Wire):
     """The ``t_ns`` of each ``drift_series`` entry, ns."""
     history: list[HistoryEntry] = Field(default_factory=list)
     """The last windows, oldest first."""
-    pacers: dict[str, PacerReport] = Field(default_factory=dict)
-    """The latest report of each VM's pacer, when pacers run."""
     pacers: dict[str, PacerReport] = Field(default_factory=dict)
     """The latest report of each VM's pacer, when pacers run (``python -m agents pacer``)."""
     counters: dict[str, int] = Field(default_factory=dict)

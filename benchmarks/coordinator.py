@@ -10,9 +10,11 @@ The feed: ``--vms`` VMs on ``vms // 4`` physical hosts (base drifts uniform in +
 at ``--rate`` coded pairs/s and probed back by them (as the agents do), with the delay model
 of ``tests/synthetic.py`` (20 us minimum, exponential queueing, 20 % impure pairs); each VM's
 report every 0.5 s as the JSON line an agent sends. It is made once per size, vectorised, and
-written to a temporary file; each coordinator then reads it in its own process (the tree on
-``PYTHONPATH``) exactly as its report listener does: ``parse_message`` per line, ``ingest``,
-and ``step`` after every 0.5 s of reports.
+written to temporary files in both forms of the records: JSON rows (``nslab.report/1``) and
+packed (``nslab.report/2``); each coordinator then reads, in its own process (the tree on
+``PYTHONPATH``), the form its own tree's agents send (packed when its ``agents.messages`` has
+``pack_records``) exactly as its report listener does: ``parse_message`` per line,
+``ingest``, and ``step`` after every 0.5 s of reports.
 
 Printed per size and coordinator: the process's CPU time (s, all threads) per closed window,
 split into parse (JSON -> messages), ingest and step (the window pipeline); the largest step;
@@ -88,8 +90,11 @@ def _vm_ns(spec, true_ns: np.ndarray) -> np.ndarray:
 
 
 def make_feed(path: str, vms: int, seconds: float, rate: float, peers: int, seed: int):
-    """Write the feed (hellos, then per chunk one report line per VM and a blank line);
-    returns ``(specs, phys, records)``."""
+    """Write the feed twice, ``path + ".json"`` with the records as JSON rows
+    (``nslab.report/1``) and ``path + ".packed"`` packed (``nslab.report/2``, what the agents
+    send): hellos, then per chunk one report line per VM and a blank line; returns
+    ``(specs, phys, records)``."""
+    from agents.messages import pack_records
     specs, phys = clocks(vms, seed)
     names = sorted(specs)
     rng = np.random.default_rng(seed + 1)
@@ -117,26 +122,37 @@ def make_feed(path: str, vms: int, seconds: float, rate: float, peers: int, seed
             chunk = ((ts - T0_NS) // int(CHUNK_S * S)).repeat(2)
             per_rx[dst].append((src, chunk, rows))
             total += rows.shape[0]
-    with open(path, "w") as f:
+    with open(path + ".json", "w") as fj, open(path + ".packed", "w") as fp:
         for v in names:
-            f.write(json.dumps({"type": "hello", "schema": "nslab.report/1", "name": v,
-                                "ip": "127.0.0.1", "rate": rate, "report_s": CHUNK_S,
-                                "start_ns": specs[v].to_vm_ns(T0_NS), "peers": names}) + "\n")
-        f.write("\n")
+            hello = {"type": "hello", "name": v, "ip": "127.0.0.1", "rate": rate,
+                     "report_s": CHUNK_S, "start_ns": specs[v].to_vm_ns(T0_NS), "peers": names}
+            fj.write(json.dumps({**hello, "schema": "nslab.report/1"}) + "\n")
+            fp.write(json.dumps({**hello, "schema": "nslab.report/2"}) + "\n")
+        for f in (fj, fp):
+            f.write("\n")
         for c in range(n_chunks):
             stop = T0_NS + int((c + 1) * CHUNK_S * S)
             for v in names:
-                rx = {src: rows[chunk == c].tolist() for src, chunk, rows in per_rx[v]}
-                f.write(json.dumps({"type": "report", "name": v, "t_ns": specs[v].to_vm_ns(stop),
-                                    "rx": rx, "stats": {}}, separators=(",", ":")) + "\n")
-            f.write("\n")
+                rx = {src: rows[chunk == c] for src, chunk, rows in per_rx[v]}
+                line = {"type": "report", "name": v, "t_ns": specs[v].to_vm_ns(stop),
+                        "stats": {}}
+                fj.write(json.dumps({**line, "rx": {s: r.tolist() for s, r in rx.items()}},
+                                    separators=(",", ":")) + "\n")
+                fp.write(json.dumps({**line, "rx_packed": pack_records(
+                    {s: r.ravel().tolist() for s, r in rx.items()}).model_dump(mode="json")},
+                    separators=(",", ":")) + "\n")
+            for f in (fj, fp):
+                f.write("\n")
     return specs, phys, total
 
 
 def worker(path: str) -> None:
-    """Feed the coordinator on ``PYTHONPATH`` from ``path``; print a JSON summary."""
+    """Feed the coordinator on ``PYTHONPATH`` from ``path`` (``.packed`` when its tree reads
+    packed records, else ``.json``); print a JSON summary."""
+    from agents import messages
     from agents.coordinator import Coordinator
     from agents.messages import parse_message
+    path += ".packed" if hasattr(messages, "pack_records") else ".json"
     coord = Coordinator(window_s=WINDOW_S)
     cpu = {"parse": 0.0, "ingest": 0.0, "step": 0.0}
     steps, groups_ok = [], []
@@ -163,7 +179,8 @@ def worker(path: str) -> None:
                 groups_ok.append((coord.latest.k, [g.members for g in coord.groups]))
     state = coord.state()
     print(json.dumps({"cpu": cpu, "windows": len(state.history), "step_max": max(steps),
-                      "groups": groups_ok, "state": state.model_dump(mode="json")}))
+                      "form": path.rsplit(".", 1)[1], "groups": groups_ok,
+                      "state": state.model_dump(mode="json")}))
 
 
 def group_worker(vms: int, windows: int, seed: int) -> None:
@@ -243,14 +260,16 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"before": checkout(args.before, tmp), "this": str(REPO)}
-        print(f"{'VMs':>4s} {'coordinator':12s} {'records':>8s} {'win':>4s} {'parse':>6s} "
+        print(f"{'VMs':>4s} {'coordinator':12s} {'form':>6s} {'records':>8s} {'win':>4s} "
+              f"{'parse':>6s} "
               f"{'ingest':>6s} {'step':>6s} {'total':>6s} {'stepmax':>7s} {'off50':>6s} "
               f"{'off99':>6s} {'drift99':>7s} {'ntp99':>6s} {'prec':>5s} {'rec':>5s} "
               f"{'exact':>5s}")
-        print("     (CPU s per 2 s window; offsets |error| us, drift ppm; exact: first window "
-              "from which the groups stayed the truth)")
+        print("     (CPU s per 2 s window; form: the records as JSON rows or packed; offsets "
+              "|error| us, drift ppm; exact: first window from which the groups stayed the "
+              "truth)")
         for vms in map(int, args.vms.split(",")):
-            feed = os.path.join(tmp, f"feed{vms}.jsonl")
+            feed = os.path.join(tmp, f"feed{vms}")
             specs, phys, n = make_feed(feed, vms, args.seconds, args.rate, args.peers,
                                        args.seed)
             rows = {}
@@ -264,8 +283,9 @@ def main() -> None:
                 first_k = sc["state"].history[0].t_ns // int(WINDOW_S * S) if \
                     sc["state"].history else 0
                 exact = "-" if sc["exact_from"] is None else str(sc["exact_from"] - first_k)
-                print(f"{vms:4d} {label + ' ' + (args.before if label == 'before' else 'tree'):12s}"
-                      f" {n:8d} {res['windows']:4d} {cpu['parse']:6.3f} {cpu['ingest']:6.3f} "
+                name = label + " " + (args.before if label == "before" else "tree")
+                print(f"{vms:4d} {name:12s} {res['form']:>6s} {n:8d} {res['windows']:4d} "
+                      f"{cpu['parse']:6.3f} {cpu['ingest']:6.3f} "
                       f"{cpu['step']:6.3f} {cpu['total']:6.3f} {res['step_max']:7.3f} "
                       f"{sy['offset_error_us']['p50']:6.3f} {sy['offset_error_us']['p99']:6.3f} "
                       f"{sy['drift_error_ppm']['p99']:7.4f} "

@@ -9,7 +9,7 @@ import random
 from collections.abc import Collection, Iterator, Mapping
 
 from agents.clock import ClockSpec
-from agents.messages import REPORT_SCHEMA, AgentStats, Hello, Report
+from agents.messages import REPORT_SCHEMA, AgentStats, Hello, Report, pack_records
 
 S = 1_000_000_000
 T0_NS = 1_800_000_000 * S
@@ -30,7 +30,7 @@ def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.
             seed: int = 1, start_s: float = 0.0, chunk_s: float = 0.5,
             silent: Collection[str] = (),
             peers: Mapping[str, Collection[str]] | None = None, t0_ns: int = T0_NS,
-            stats: AgentStats | None = None) -> Iterator[list[Report]]:
+            stats: AgentStats | None = None, packed: bool = True) -> Iterator[list[Report]]:
     """Every VM's report after each ``chunk_s`` of true time, from ``t0_ns + start_s`` for
     ``seconds``.
 
@@ -39,7 +39,9 @@ def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.
     ``queue_ns[(src, dst)]`` (default 500 ns) shared by both probes of a pair, plus 300 ns
     (mean) of independent jitter; in 20 % of the pairs the second probe waits for more
     (an impure pair). ``silent`` VMs neither probe, answer nor report (a paused VM);
-    ``stats`` is every report's counters (default zeros).
+    ``stats`` is every report's counters (default zeros). The records are packed
+    (``Report.rx_packed``, as the agents send them), or JSON rows (``Report.rx``) with
+    ``packed=False``.
     """
     rng = random.Random(seed)
     queue_ns = queue_ns or {}
@@ -68,8 +70,11 @@ def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.
                             [pid, idx, specs[src].to_vm_ns(tx_true),
                              specs[dst].to_vm_ns(rx_true)])
                     ts += int(S / rate)
-        yield [Report(name=v, t_ns=specs[v].to_vm_ns(stop), rx=rx[v],
-                      stats=stats or AgentStats()) for v in names if v not in silent]
+        yield [Report(name=v, t_ns=specs[v].to_vm_ns(stop), stats=stats or AgentStats(),
+                      **({"rx_packed": pack_records({s: [x for row in rows for x in row]
+                                                     for s, rows in rx[v].items()})}
+                         if packed else {"rx": rx[v]}))
+               for v in names if v not in silent]
         t = stop
 
 

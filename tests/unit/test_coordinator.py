@@ -1,5 +1,6 @@
 """The coordinator (agents.coordinator) on synthetic probe records with known clocks, and its
 TCP report listener and HTTP API on loopback (no root)."""
+import base64
 import json
 import socket
 import time
@@ -21,6 +22,7 @@ from agents.messages import (
     Health,
     HistoryEntry,
     Report,
+    pack_records,
     parse_message,
 )
 from session.scoring import truth_at as truth
@@ -126,6 +128,35 @@ def test_reference_history_bound_and_late_records():
          "rx": {"vm1": [[1, 0, old, old + 20_000], [1, 1, old + 1, "x"], [2, 3, old, old],
                         [2, 1, old + 1.0, old], "row", [1, 2]]}})))
     assert coord.counters["late_records"] == 1 and coord.counters["bad_records"] == 5
+
+
+def test_packed_records_as_json_rows():
+    """The agents' packed records (nslab.report/2) give the very same estimates as the same
+    records in JSON rows (/1); packed records that are not whole records of their senders are
+    counted as the records their length would hold and skipped, the rest of their report
+    kept; records that are not base64 reject their line."""
+    states = []
+    for packed in (True, False):
+        coord = Coordinator(window_s=2.0)
+        simulate(coord, clocks(), 12, packed=packed)
+        states.append(coord.state().model_dump(exclude={"time_ns", "vms"}))
+    assert states[0]["history"] and states[0] == states[1]
+    coord = Coordinator()
+    good = pack_records({"vm1": [1, 0, 10, 20, 1, 1, 11, 21], "vm3": [2, 2, 10, 20]})
+    assert good.counts == [2, 1] and len(good.records) == 3 * 32
+    line = json.loads(Report(name="vm2", t_ns=5, rx_packed=good).model_dump_json())
+    assert base64.urlsafe_b64decode(line["rx_packed"]["records"]) == good.records
+    for bad in ({"records": good.records[:-3]},  # 93 of 96 bytes: counted as 2 records
+                {"counts": [2, 2]}):  # 3 records, not 4
+        coord.ingest(Report(name="vm2", t_ns=5, rx_packed=good.model_copy(update=bad)))
+    coord.ingest(parse_message(json.dumps(line)))  # idx 2 of vm3: 1
+    assert coord.counters["bad_records"] == 2 + 3 + 1
+    assert sum(c[2].shape[0] for chunks in coord.inbox.buf.values() for c in chunks) == 2
+    line["rx_packed"]["records"] = "@" + line["rx_packed"]["records"][1:]
+    with pytest.raises(ValueError, match="base64"):
+        parse_message(json.dumps(line))
+    with pytest.raises(ValueError, match="4 fields"):
+        pack_records({"vm1": [1, 0, 10]})
 
 
 def test_clock_step_costs_one_window():
