@@ -45,6 +45,7 @@ __all__ = ["MIN_WINDOWS", "Group", "group", "precision_recall"]
 
 MIN_WINDOWS = 3
 """Fewest windows that two VMs must share before they can be grouped."""
+_PAIRS_PER_CALL = 4096  # pairs of clusters tested at once (memory: 8 arrays of pairs x windows)
 
 
 @dataclass
@@ -111,31 +112,68 @@ class _Cluster:
     count: np.ndarray   # (n_windows,) members with a drift sample
     ototal: np.ndarray  # (n_windows,) sum of the members' offsets (NaN counted as 0)
     ocount: np.ndarray  # (n_windows,) members with an offset
+    common: np.ndarray  # (n_windows,) the drift series' common mode (shared by every cluster)
+
+    def __post_init__(self) -> None:
+        # the range of the mean drift less the common mode over the windows with data, and
+        # the fewest members with data in a window (NaN without any): ``_separated``
+        has = self.count > 0
+        dev = self.total[has] / self.count[has] - self.common[has]
+        self.lo, self.hi, self.cmin = ((float(dev.min()), float(dev.max()),
+                                        float(self.count[has].min())) if dev.size
+                                       else (np.nan, np.nan, np.nan))
 
     def merged(self, other: _Cluster) -> _Cluster:
         return _Cluster(self.members + other.members, self.total + other.total,
                         self.count + other.count, self.ototal + other.ototal,
-                        self.ocount + other.ocount)
+                        self.ocount + other.ocount, self.common)
+
+
+_FIELDS = ("total", "count", "ototal", "ocount", "lo", "hi", "cmin")
 
 
 class _Stack(NamedTuple):
     """Several clusters' series stacked, one row each (``_Cluster``'s arrays, (L, n_windows),
-    and ``sizes`` (L,) members)."""
+    its bounds ``lo``, ``hi``, ``cmin`` (L,) and ``sizes`` (L,) members)."""
 
     total: np.ndarray
     count: np.ndarray
     ototal: np.ndarray
     ocount: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    cmin: np.ndarray
     sizes: np.ndarray
 
     @classmethod
     def of(cls, clusters: list[_Cluster]) -> _Stack:
-        return cls(*(np.array([getattr(c, f) for c in clusters])
-                     for f in ("total", "count", "ototal", "ocount")),
+        return cls(*(np.array([getattr(c, f) for c in clusters]) for f in _FIELDS),
                    np.array([len(c.members) for c in clusters], dtype=np.float64))
 
-    def take(self, rows: np.ndarray) -> _Stack:
-        return _Stack(*(a[rows] for a in self))
+    def rows(self, idx: np.ndarray | None = None) -> _Rows:
+        """Rows ``idx`` (default all) of the stack."""
+        return _Rows(self, np.arange(len(self.sizes)) if idx is None else np.asarray(idx))
+
+
+class _Rows:
+    """Rows ``idx`` of a ``_Stack`` (clusters' rows of a test), each field copied out only
+    when read: most tests read the counts of every row and the series of a few."""
+
+    def __init__(self, stack: _Stack, idx: np.ndarray):
+        self.stack, self.idx = stack, idx
+
+    def __getattr__(self, field: str) -> np.ndarray:
+        return getattr(self.stack, field)[self.idx]
+
+    def __len__(self) -> int:
+        return self.idx.size
+
+    def take(self, rows: np.ndarray) -> _Rows:
+        return _Rows(self.stack, self.idx[rows])
+
+    def pick(self, rows: np.ndarray) -> _Rows:
+        """``take(rows)``, or these rows themselves when they are one (broadcast to all)."""
+        return self if self.idx.size == 1 else self.take(rows)
 
 
 class _Pool:
@@ -144,12 +182,23 @@ class _Pool:
 
     def __init__(self, n_ids: int, n_windows: int):
         self.rows = _Stack(*(np.zeros((n_ids, n_windows)) for _ in range(4)),
-                           np.zeros(n_ids))
+                           *(np.zeros(n_ids) for _ in range(4)))
 
     def put(self, cid: int, c: _Cluster) -> None:
-        for arr, v in zip(self.rows[:4], (c.total, c.count, c.ototal, c.ocount), strict=True):
-            arr[cid] = v
+        for arr, f in zip(self.rows[:7], _FIELDS, strict=True):
+            arr[cid] = getattr(c, f)
         self.rows.sizes[cid] = len(c.members)
+
+
+def _separated(a: _Rows, others: _Rows, s2: float) -> np.ndarray:
+    """Per row whether the other cluster's mean drift and ``a``'s are so far apart in every window
+    that the test's z is beyond ``Z_CLIP`` with one sign throughout (saturated), known
+    without computing z: the common mode cancels in their difference, so the ranges of
+    ``mean - common`` separated by ``Z_CLIP`` times the largest sigma (fewest members)
+    suffice. Hosts whose drifts differ by far more than the noise, most pairs at 256 VMs."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gap = Z_CLIP * np.sqrt(s2 * (1.0 / a.cmin + 1.0 / others.cmin)) * (1 + 1e-9)
+        return (a.lo - others.hi >= gap) | (others.lo - a.hi >= gap)
 
 
 def _project(z: np.ndarray, ok: np.ndarray, bases: _Bases, skip_constant: bool
@@ -175,50 +224,56 @@ def _project(z: np.ndarray, ok: np.ndarray, bases: _Bases, skip_constant: bool
     return stat, k
 
 
-def _test_many(a: _Cluster, others: _Stack, s2: float, bases: _Bases
+def _test_many(a: _Rows, others: _Rows, s2: float, bases: _Bases
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Low-frequency chi-square of the difference of cluster ``a``'s mean drift series and
-    each of L ``others``'.
+    """Low-frequency chi-square of the difference of L pairs of clusters' mean drift series:
+    row i of ``a`` (or its one row for all) against row i of ``others``.
 
     Per window where both have data: ``z = (mean_a - mean_o) / sqrt(s2 * (1/n_a + 1/n_o))``,
     white N(0, 1) if they share an oscillator, clipped to +-``Z_CLIP``. Returns arrays (L,)
     ``S = |Q^T z|^2`` (chi-square with k dof under "same host"), ``k``, ``n`` (windows
     used) and ``saturated``; ``S`` is NaN where fewer than ``MIN_WINDOWS`` windows are
     shared. A saturated row (z clipped to the same sign in every window: hosts whose drifts
-    differ by far more than the noise, most pairs of a large cluster) is not projected:
-    the constant lies in the basis, so its S is ``Z_CLIP**2 * n`` exactly."""
-    totals, counts = others.total, others.count
-    ok = (a.count > 0)[None, :] & (counts > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = ((a.total / a.count)[None, :] - totals / counts) / np.sqrt(
-            s2 * (1.0 / a.count[None, :] + 1.0 / counts))
-    z = np.clip(np.where(ok, z, 0.0), -Z_CLIP, Z_CLIP)
+    differ by far more than the noise, most pairs) is not projected: the constant lies in
+    the basis, so its S is ``Z_CLIP**2 * n`` exactly; rows ``_separated`` says are
+    saturated are not even computed."""
+    ok = (a.count > 0) & (others.count > 0)
     n = ok.sum(axis=1)
-    sat = (n >= MIN_WINDOWS) & ((np.where(ok, z, Z_CLIP) == Z_CLIP).all(axis=1)
-                                | (np.where(ok, z, -Z_CLIP) == -Z_CLIP).all(axis=1))
-    stat = np.full(len(totals), np.nan)
-    k = np.zeros(len(totals), dtype=int)
+    sat = _separated(a, others, s2) & (n >= MIN_WINDOWS)
     full = np.flatnonzero(~sat)
-    stat[full], k[full] = _project(z[full], ok[full], bases, skip_constant=False)
+    af, of, okf = a.pick(full), others.take(full), ok[full]
+    a_total, a_count, totals, counts = af.total, af.count, of.total, of.count
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = (a_total / a_count - totals / counts) / np.sqrt(
+            s2 * (1.0 / a_count + 1.0 / counts))
+    z = np.clip(np.where(okf, z, 0.0), -Z_CLIP, Z_CLIP)
+    sat[full] = (n[full] >= MIN_WINDOWS) & (
+        (np.where(okf, z, Z_CLIP) == Z_CLIP).all(axis=1)
+        | (np.where(okf, z, -Z_CLIP) == -Z_CLIP).all(axis=1))
+    stat = np.full(len(n), np.nan)
+    k = np.zeros(len(n), dtype=int)
+    proj = np.flatnonzero(~sat[full])
+    stat[full[proj]], k[full[proj]] = _project(z[proj], okf[proj], bases, skip_constant=False)
     if sat.any():
-        first = ok[sat].argmax(axis=1)
-        last = ok.shape[1] - 1 - ok[sat][:, ::-1].argmax(axis=1)
+        oks = ok[sat]
+        first = oks.argmax(axis=1)
+        last = ok.shape[1] - 1 - oks[:, ::-1].argmax(axis=1)
         stat[sat] = Z_CLIP ** 2 * n[sat]
         k[sat] = _dof(n[sat], last - first + 1, bases.min_period)
     return stat, k, n, sat
 
 
-def _offset_test_many(a: _Cluster, others: _Stack, s2: float, bases: _Bases
+def _offset_test_many(a: _Rows, others: _Rows, s2: float, bases: _Bases
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The same for offsets (``s2`` in ns^2), over the windows where every member of both
     clusters has an offset; z less its median (the unknown constant) clipped to
     +-``Z_CLIP``, the constant left out of the projection: chi-square with k - 1 dof under
     "same host" (a little less: clipping only shrinks the statistic)."""
     totals, counts, sizes = others.ototal, others.ocount, others.sizes[:, None]
-    ok = (a.ocount == len(a.members))[None, :] & (counts == sizes)
+    na = a.sizes[:, None]
+    ok = (a.ocount == na) & (counts == sizes)
     with np.errstate(divide="ignore", invalid="ignore"):
-        z = ((a.ototal / len(a.members))[None, :] - totals / sizes) / np.sqrt(
-            s2 * (1.0 / len(a.members) + 1.0 / sizes))
+        z = (a.ototal / na - totals / sizes) / np.sqrt(s2 * (1.0 / na + 1.0 / sizes))
     z = np.where(ok, z, np.nan)
     centre = _row_nanmedian(z)[:, None]
     z = np.clip(np.where(ok, z - centre, 0.0), -Z_CLIP, Z_CLIP)
@@ -242,27 +297,27 @@ class _Tests:
     def __init__(self, s2: float, os2: float | None, bases: _Bases, alpha: float):
         self.s2, self.os2, self.bases, self.alpha = s2, os2, bases, alpha
 
-    def _runs(self, a: _Cluster, others: _Stack) -> list[tuple]:
-        """``(S, k, n)`` arrays of the drift test and, with offsets, of the offset test
-        (``S`` NaN: not enough data). The offset test is left out where the drift test alone
-        already refuses the merge with a saturated statistic (``_test_many``): the least
-        p-value stays below ``alpha`` without it."""
+    def _runs(self, a: _Rows, others: _Rows) -> list[tuple]:
+        """Per row (pairs as in ``_test_many``), ``(S, k, n)`` arrays of the drift test and,
+        with offsets, of the offset test (``S`` NaN: not enough data). The offset test is left
+        out where the drift test alone already refuses the merge with a saturated statistic
+        (``_test_many``): the least p-value stays below ``alpha`` without it."""
         stat, k, n, sat = _test_many(a, others, self.s2, self.bases)
         runs = [(stat, k, n)]
         if self.os2 is not None:
             with np.errstate(invalid="ignore"):
                 need = np.flatnonzero(~(sat & (chdtrc(k, stat) < self.alpha)))
-            n_o = len(others.sizes)
+            n_o = len(others)
             ostat = np.full(n_o, np.nan)
             ok_, on = np.zeros(n_o, dtype=int), np.zeros(n_o, dtype=int)
             if need.size:
                 ostat[need], ok_[need], on[need] = _offset_test_many(
-                    a, others.take(need), self.os2, self.bases)
+                    a.pick(need), others.take(need), self.os2, self.bases)
             runs.append((ostat, ok_, on))
         return runs
 
-    def p_values(self, a: _Cluster, others: _Stack) -> np.ndarray:
-        """Per other cluster the least p-value of the tests (-1, never merged, without a
+    def p_values(self, a: _Rows, others: _Rows) -> np.ndarray:
+        """Per row the least p-value of the tests (-1, never merged, without a
         drift test)."""
         runs = self._runs(a, others)
         stat, k, _ = runs[0]
@@ -273,11 +328,11 @@ class _Tests:
                              np.minimum(p, chdtrc(ok_, ostat)))
         return p
 
-    def q_sames(self, a: _Cluster, others: _Stack) -> np.ndarray:
-        """Per other cluster the least BIC posterior (equal priors) of "same host" against
+    def q_sames(self, a: _Rows, others: _Rows) -> np.ndarray:
+        """Per row the least BIC posterior (equal priors) of "same host" against
         k free low-frequency terms over the tests, ``1 / (1 + exp((S - k ln n) / 2))``
         (0.5 without data)."""
-        q = np.full(len(others.sizes), np.inf)
+        q = np.full(len(others), np.inf)
         for stat, k, n in self._runs(a, others):
             with np.errstate(invalid="ignore", divide="ignore"):
                 qi = 1.0 / (1.0 + np.exp(np.minimum((stat - k * np.log(n)) / 2.0, 700.0)))
@@ -409,8 +464,9 @@ def group(drift_series: dict[str, np.ndarray], sigma_ppm: float, *, alpha: float
     s2 = max(sigma_ppm ** 2, _noise_floor(x, finite, bases))
     tests = _Tests(s2, max(offset_sigma_ns ** 2, _offset_noise(o), 1.0)
                    if offset_series is not None else None, bases, alpha)
+    common = _row_nanmedian(x.T)  # per window, the median VM: the reference's own wander
     clusters = [_Cluster([i], np.where(finite[i], x[i], 0.0), finite[i].astype(np.float64),
-                         np.where(ofinite[i], o[i], 0.0), ofinite[i].astype(np.float64))
+                         np.where(ofinite[i], o[i], 0.0), ofinite[i].astype(np.float64), common)
                 for i in range(nv)]
     # p-values between live clusters by id (a < b); ids nv.. are merged clusters
     pv = np.full((2 * nv, 2 * nv), -np.inf)
@@ -421,10 +477,13 @@ def group(drift_series: dict[str, np.ndarray], sigma_ppm: float, *, alpha: float
 
     def score_against(cid: int, others: list[int]) -> None:
         if others:
-            pv[others, cid] = tests.p_values(live[cid], pool.rows.take(np.array(others)))
+            pv[others, cid] = tests.p_values(pool.rows.rows([cid]), pool.rows.rows(others))
 
-    for j in range(1, nv):
-        score_against(j, list(range(j)))
+    # every pair of VMs (cid b against a < b), a few thousand pairs per call
+    bb, aa = np.tril_indices(nv, -1)
+    for lo in range(0, bb.size, _PAIRS_PER_CALL):
+        b, a = bb[lo:lo + _PAIRS_PER_CALL], aa[lo:lo + _PAIRS_PER_CALL]
+        pv[a, b] = tests.p_values(pool.rows.rows(b), pool.rows.rows(a))
     next_id = nv
     while len(live) > 1:
         a, b = np.unravel_index(int(np.argmax(pv)), pv.shape)
@@ -438,20 +497,28 @@ def group(drift_series: dict[str, np.ndarray], sigma_ppm: float, *, alpha: float
         score_against(next_id, [c for c in live if c != next_id])
         next_id += 1
     finals = list(live.values())
-    groups = []
-    for g in finals:
-        conf = 1.0
-        if len(g.members) > 1:
-            for i in g.members:
-                rest = [clusters[j] for j in g.members if j != i]
-                rest_c = rest[0]
-                for r in rest[1:]:
-                    rest_c = rest_c.merged(r)
-                conf = min(conf, float(tests.q_sames(clusters[i], _Stack.of([rest_c]))[0]))
-        others = [h for h in finals if h is not g]
-        if others:
-            conf = min(conf, float((1.0 - tests.q_sames(g, _Stack.of(others))).min()))
-        groups.append(Group(sorted(names[i] for i in g.members), float(conf)))
+    # confidence: each member against the rest of its group, each group against each other
+    # one (all of them in one call each)
+    conf = np.ones(len(finals))
+    owner, members, rests = [], [], []
+    for gi, g in enumerate(finals):
+        for i in g.members if len(g.members) > 1 else ():
+            rest = [clusters[j] for j in g.members if j != i]
+            rest_c = rest[0]
+            for r in rest[1:]:
+                rest_c = rest_c.merged(r)
+            owner.append(gi)
+            members.append(clusters[i])
+            rests.append(rest_c)
+    if owner:
+        np.minimum.at(conf, owner, tests.q_sames(_Stack.of(members).rows(),
+                                                 _Stack.of(rests).rows()))
+    if len(finals) > 1:
+        gg, hh = np.nonzero(~np.eye(len(finals), dtype=bool))
+        stack = _Stack.of(finals)
+        np.minimum.at(conf, gg, 1.0 - tests.q_sames(stack.rows(gg), stack.rows(hh)))
+    groups = [Group(sorted(names[i] for i in g.members), float(c))
+              for g, c in zip(finals, conf, strict=True)]
     groups.sort(key=lambda gr: gr.members)
     return groups
 

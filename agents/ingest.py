@@ -11,10 +11,11 @@ next pair), for every agent that reported within ``live_s`` (an agent that only 
 counts with its start time; one that a peer named but that has not connected holds windows
 back for ``live_s``); later records are counted (``late_records``) and dropped.
 
-Records stay numpy arrays from the report on: each sender's records in a report become one
-int64 array (packed records, ``nslab.report/2``: straight from their bytes; JSON rows: in one
-conversion), a report's are put in windows at once, and a window's are sorted and joined per
-direction in one pass when it closes (a per-record Python object per step cost 4 us a record:
+Records stay numpy arrays from the report on: a report's records become one int64 array
+(packed records, ``nslab.report/2``: straight from their bytes; JSON rows: one conversion per
+sender), wait until the coordinator looks for a window to close, are then put in windows
+with every other report's at once, and a window's are sorted and joined per direction in
+one pass when it closes (a per-record Python object per step cost 4 us a record:
 2.5 s of CPU per window at 256 VMs).
 
 Not thread-safe: the coordinator holds its lock around every call.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -38,6 +40,7 @@ LIVE_S = 5.0
 """An agent whose last report is older than this (s) no longer holds windows open."""
 _MAX_CELL = 500_000           # records per (receiving VM, window)
 _MAX_AHEAD = 32               # windows beyond the next one that records may open
+_MAX_PENDING = 2_000_000      # rows of reports waiting to be put in windows
 _MAX_VMS = 4096
 _MAX_REPORT_S = 60.0          # a longer report period in a hello is taken as the default
 
@@ -84,10 +87,15 @@ class Inbox:
         self.lateness_s = lateness_s
         self.live_s = live_s
         self.vms: dict[str, AgentInfo] = {}
-        self.buf: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}
-        """Window -> chunks ``(receiver, senders, rows)``: VM indices into ``names``, rows
-        (n, 4) int64 ``[pair_id, idx, tx_ns, rx_ns]``."""
-        self.cell_rows: dict[tuple[int, int], int] = {}  # (receiver, window) -> rows
+        self.buf: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+        """Window -> chunks ``(receivers, senders, rows)``: VM indices into ``names``, rows
+        (n, 4) int64 ``[pair_id, idx, tx_ns, rx_ns]``, in arrival order."""
+        self.cell_rows: dict[int, np.ndarray] = {}  # window -> rows per receiver (_MAX_VMS,)
+        self.pending: list[tuple] = []
+        """Reports' rows not yet in ``buf``, put in windows all at once when a window may
+        close: ``(rows, counts, senders, by_tx, shift, own, receiver)``, per sender lists
+        (``add``)."""
+        self.pending_rows = 0
         self.names: list[str] = []
         self.index: dict[str, int] = {}
         self.offsets_ns: dict[str, float] = {}
@@ -146,20 +154,19 @@ class Inbox:
                 parts.append(arr)
         for src in senders:
             self.vm(src)
-        if not senders or not sum(counts):
+        n = sum(counts)
+        if not n:
             return vm.name
-        arr = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        counts = np.array(counts)
-        # each sender's VM index, whether it is the pair's first VM (whose clock, tx or rx,
-        # puts the rows in windows) and that VM's offset; a VM's own records are bad
-        src = np.repeat([self.index[x] for x in senders], counts)
-        by_tx = np.repeat([x < vm.name for x in senders], counts)
-        shift = np.repeat([self.offsets_ns.get(min(x, vm.name), 0.0) for x in senders], counts)
-        bad = np.repeat([x == vm.name for x in senders], counts) | (arr[:, 1] < 0) \
-            | (arr[:, 1] > 1)
-        self.counters["bad_records"] += int(bad.sum())
-        ok = ~bad
-        self._add_rows(self.index[vm.name], src[ok], arr[ok], shift[ok], by_tx[ok])
+        # per sender: its VM index, whether it is the pair's first VM (whose clock, tx or rx,
+        # puts the rows in windows), that VM's offset now, and whether it is this VM itself
+        # (its own records are bad); per row in _flush
+        self.pending.append((np.concatenate(parts) if len(parts) > 1 else parts[0], counts,
+                             [self.index[x] for x in senders], [x < vm.name for x in senders],
+                             [self.offsets_ns.get(min(x, vm.name), 0.0) for x in senders],
+                             [x == vm.name for x in senders], self.index[vm.name]))
+        self.pending_rows += n
+        if self.pending_rows > _MAX_PENDING:
+            self._flush()
         return vm.name
 
     def _rows(self, rows: list) -> np.ndarray:
@@ -186,37 +193,66 @@ class Inbox:
                 or len(raw) != sum(packed.counts) * RECORD.size):
             self.counters["bad_records"] += max(1, len(raw) // RECORD.size)
             return None
-        return np.frombuffer(raw, dtype="<i8").reshape(-1, 4).astype(np.int64)
+        return np.frombuffer(raw, dtype="<i8").reshape(-1, 4).astype(np.int64, copy=False)
 
-    def _add_rows(self, dst: int, src: np.ndarray, rows: np.ndarray, shift: np.ndarray,
-                  by_tx: np.ndarray) -> None:
-        """Put the rows (n, 4) that VM ``dst`` received from ``src`` (VM indices, one per
-        row) in their windows: by ``tx`` (``by_tx``) or ``rx``, whichever the pair's first VM
-        stamped, less that VM's offset to the reference (``shift``, ns)."""
+    def _flush(self) -> None:
+        """Put the pending rows in their windows, all reports at once: each row that VM
+        ``dst`` received from ``src`` by the ``tx`` (``by_tx``) or ``rx`` stamp of the pair's
+        first VM, less that VM's offset to the reference (``shift``, ns, as it was when the
+        report came). Rows a VM sent itself or whose idx is not 0 or 1 count as bad, rows
+        of a closed window as late, rows beyond ``_MAX_AHEAD`` as future, rows beyond
+        ``_MAX_CELL`` per receiver and window as overflow (the first ones kept)."""
+        if not self.pending:
+            return
+        chunks, self.pending, self.pending_rows = self.pending, [], 0
+        rows = np.concatenate([c[0] for c in chunks])
+        counts = np.fromiter(chain.from_iterable(c[1] for c in chunks), np.int64)
+        per_row = np.repeat(np.arange(counts.size), counts)
+        src, by_tx, shift, own = (np.array(list(chain.from_iterable(c[i] for c in chunks)))[
+            per_row] for i in range(2, 6))
+        dst = np.repeat([c[6] for c in chunks], [len(c[1]) for c in chunks])[per_row]
+        bad = own | (rows[:, 1] < 0) | (rows[:, 1] > 1)
+        if bad.any():
+            self.counters["bad_records"] += int(bad.sum())
+            ok = ~bad
+            rows, src, by_tx, shift, dst = rows[ok], src[ok], by_tx[ok], shift[ok], dst[ok]
         t = np.where(by_tx, rows[:, 2], rows[:, 3])
         k = ((t - shift) // self.window_ns).astype(np.int64)
         lo = self.next_window
         counters = self.counters
-        keep = np.ones(k.size, dtype=bool)
         if lo is not None:
             late, future = k < lo, k > lo + _MAX_AHEAD
             counters["late_records"] += int(late.sum())
             counters["future_records"] += int(future.sum())
             keep = ~late & ~future
-        for kk in np.unique(k[keep]).tolist():
-            sel = keep & (k == kk)
-            n = int(sel.sum())
+            if not keep.all():
+                dst, src, rows, k = dst[keep], src[keep], rows[keep], k[keep]
+        if not k.size:
+            return
+        if k.min() != k.max():
+            order = np.argsort(k, kind="stable")  # by window, arrival order kept within
+            dst, src, rows, k = dst[order], src[order], rows[order], k[order]
+        bounds = np.flatnonzero(np.r_[True, k[1:] != k[:-1], True])
+        for i, j in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            kk = int(k[i])
             if kk not in self.buf and len(self.buf) >= _MAX_AHEAD:
-                counters["future_records"] += n  # before the first window closed: bounded
+                counters["future_records"] += j - i  # before the first window closed: bounded
                 continue
-            room = max(_MAX_CELL - self.cell_rows.get((dst, kk), 0), 0)
-            if room < n:
-                counters["overflow_records"] += n - room
-                sel &= np.cumsum(sel) <= room
-                n = room
-            if n:
-                self.buf.setdefault(kk, []).append((dst, src[sel], rows[sel]))
-                self.cell_rows[(dst, kk)] = self.cell_rows.get((dst, kk), 0) + n
+            cell = self.cell_rows.setdefault(kk, np.zeros(_MAX_VMS, np.int64))
+            d = dst[i:j]
+            n = np.bincount(d, minlength=_MAX_VMS)
+            sel = slice(i, j)
+            if (cell + n > _MAX_CELL).any():  # keep each receiver's first rows that fit
+                rank = np.empty(d.size, np.int64)
+                by_d = np.argsort(d, kind="stable")
+                first = np.searchsorted(d[by_d], d[by_d])
+                rank[by_d] = np.arange(d.size) - first
+                fit = rank < (_MAX_CELL - cell[d])
+                counters["overflow_records"] += int((~fit).sum())
+                sel = np.flatnonzero(fit) + i
+                n = np.bincount(dst[sel], minlength=_MAX_VMS)
+            cell += n
+            self.buf.setdefault(kk, []).append((dst[sel], src[sel], rows[sel]))
 
     def _lateness_s(self) -> float:
         if self.lateness_s is not None:
@@ -243,6 +279,7 @@ class Inbox:
 
     def closable(self) -> int | None:
         """The next window that has records and may close now, or None."""
+        self._flush()
         now = self.watermark_ns()
         if now is None:
             return None
@@ -258,10 +295,11 @@ class Inbox:
         """Close window ``k``: its records, sorted by direction (names) and ``(pair_id,
         idx)``, the last copy of a record received twice kept; older windows are dropped,
         later records of ``k`` or before count as late."""
+        self._flush()
         chunks = self.buf.pop(k, [])
         for kk in [kk for kk in self.buf if kk < k]:
             del self.buf[kk]
-        self.cell_rows = {key: n for key, n in self.cell_rows.items() if key[1] > k}
+        self.cell_rows = {kk: n for kk, n in self.cell_rows.items() if kk > k}
         self.next_window = k + 1
         if not chunks:
             return Records([], np.zeros(1, np.int64), *(np.zeros(0, np.int64),) * 4)
@@ -269,7 +307,7 @@ class Inbox:
         rank[sorted(range(len(self.names)), key=self.names.__getitem__)] = \
             np.arange(len(self.names))
         src = np.concatenate([c[1] for c in chunks])
-        dst = np.concatenate([np.full(c[1].size, c[0]) for c in chunks])
+        dst = np.concatenate([c[0] for c in chunks])
         rows = np.concatenate([c[2] for c in chunks])
         direction = rank[src] * len(rank) + rank[dst]
         pid = rows[:, 0]

@@ -120,13 +120,14 @@ def test_reference_history_bound_and_late_records():
     assert coord.state(history=0).history == []
     tr = truth(specs, "vm3", st.t_ns)
     assert st.vms["vm1"].offset_ns == pytest.approx(tr["vm1"][0], abs=300)
-    # a record for a window that is already closed is counted, not used; a malformed row
-    # is counted and skipped, the rest of its report kept
+    # a record for a window that is already closed is counted (when the coordinator next
+    # steps), not used; a malformed row is counted and skipped, the rest of its report kept
     old = specs["vm1"].to_vm_ns(T0 + 2 * S)
     coord.ingest(parse_message(json.dumps(
         {"type": "report", "name": "vm2", "t_ns": old,
          "rx": {"vm1": [[1, 0, old, old + 20_000], [1, 1, old + 1, "x"], [2, 3, old, old],
                         [2, 1, old + 1.0, old], "row", [1, 2]]}})))
+    coord.step()
     assert coord.counters["late_records"] == 1 and coord.counters["bad_records"] == 5
 
 
@@ -149,7 +150,8 @@ def test_packed_records_as_json_rows():
     for bad in ({"records": good.records[:-3]},  # 93 of 96 bytes: counted as 2 records
                 {"counts": [2, 2]}):  # 3 records, not 4
         coord.ingest(Report(name="vm2", t_ns=5, rx_packed=good.model_copy(update=bad)))
-    coord.ingest(parse_message(json.dumps(line)))  # idx 2 of vm3: 1
+    coord.ingest(parse_message(json.dumps(line)))  # idx 2 of vm3: 1 (once in windows)
+    coord.inbox.closable()  # puts the records in windows
     assert coord.counters["bad_records"] == 2 + 3 + 1
     assert sum(c[2].shape[0] for chunks in coord.inbox.buf.values() for c in chunks) == 2
     line["rx_packed"]["records"] = "@" + line["rx_packed"]["records"][1:]
@@ -157,6 +159,25 @@ def test_packed_records_as_json_rows():
         parse_message(json.dumps(line))
     with pytest.raises(ValueError, match="4 fields"):
         pack_records({"vm1": [1, 0, 10]})
+
+
+def test_records_beyond_a_cell_overflow_first_kept(monkeypatch):
+    """At most _MAX_CELL records per receiver and window: the first ones that came are kept,
+    over reports put in windows at once; other receivers and windows are not touched."""
+    monkeypatch.setattr("agents.ingest._MAX_CELL", 3)
+    coord = Coordinator(window_s=1.0)
+    w0, w1 = T0, T0 + S  # vm1's records go in windows by their tx (vm1 < vm2)
+    for name, rows in (("vm2", [1, 0, w0, w0, 1, 1, w0 + 1, w0, 2, 0, w1, w1]),
+                       ("vm2", [3, 0, w0 + 2, w0, 3, 1, w0 + 3, w0]),
+                       ("vm3", [4, 0, w0, w0, 4, 1, w0 + 1, w0])):
+        coord.ingest(Report(name=name, t_ns=w0, rx_packed=pack_records({"vm1": rows})))
+    coord.inbox.closable()
+    assert coord.counters["overflow_records"] == 1
+    kept = {k: [(int(d), int(r[0])) for c in chunks for d, r in zip(c[0], c[2], strict=True)]
+            for k, chunks in coord.inbox.buf.items()}
+    vm2, vm3 = coord.inbox.index["vm2"], coord.inbox.index["vm3"]
+    assert kept == {T0 // S: [(vm2, 1), (vm2, 1), (vm2, 3), (vm3, 4), (vm3, 4)],
+                    T0 // S + 1: [(vm2, 2)]}
 
 
 def test_clock_step_costs_one_window():

@@ -15,7 +15,7 @@ import pytest
 from scipy.optimize import linprog
 
 from agents.clock import ClockSpec, Oscillator, Segment
-from agents.estimate import PairFit, _max_margin, fit_pair, line_fit, ntp_pair, pure_pairs
+from agents.estimate import PairFit, _max_margin, fit_pair, line_fits, ntp_pair, pure_pairs
 
 NS = 1_000_000_000
 T0 = 1_800_000_000 * NS  # true time at the window start (2027)
@@ -278,16 +278,20 @@ def test_fit_pair_errors_are_clear():
         ntp_pair(ftx[:4], frx[:4], rtx, rrx, filter_n=8)
 
 
-def test_line_fit_is_the_least_squares_line():
+def test_line_fits_are_the_least_squares_lines():
     rng = np.random.default_rng(5)
     x = np.sort(rng.uniform(-4.0, 4.0, 40))
-    y = 1e4 + 250.0 * x + rng.normal(0.0, 30.0, x.size)
-    slope, icpt = line_fit(x, y)
-    ref_slope, ref_icpt = np.polyfit(x, y, 1)
-    assert slope == pytest.approx(ref_slope, rel=1e-12)
-    assert icpt == pytest.approx(ref_icpt, rel=1e-12)
-    assert line_fit(np.array([0.0, 2.0]), np.array([1.0, 5.0])) == pytest.approx((2.0, 1.0))
-    with pytest.raises(ValueError, match="2 points"):
-        line_fit(np.array([1.0]), np.array([1.0]))
-    with pytest.raises(ValueError, match="equal"):
-        line_fit(np.array([3.0, 3.0]), np.array([1.0, 2.0]))
+    y = np.vstack([1e4 + 250.0 * x + rng.normal(0.0, 30.0, x.size), -3.0 * x, np.nan * x])
+    y[1, ::2] = np.nan  # a row with points at every other x only
+    slope, icpt = line_fits(x, y)
+    for i, sel in ((0, slice(None)), (1, slice(1, None, 2))):
+        ref_slope, ref_icpt = np.polyfit(x[sel], y[i, sel], 1)
+        assert slope[i] == pytest.approx(ref_slope, rel=1e-12)
+        assert icpt[i] == pytest.approx(ref_icpt, rel=1e-12, abs=1e-12)
+    assert np.isnan(slope[2])  # no point
+    one = line_fits(np.array([0.0, 2.0, 3.0]), np.array([[1.0, 5.0, np.nan], [1.0, np.nan, np.nan],
+                                                        [3.0, 3.0, 3.0]]))
+    assert one[0][0] == pytest.approx(2.0) and one[1][0] == pytest.approx(1.0)
+    assert np.isnan(one[0][1])  # one point
+    assert one[0][2] == 0.0
+    assert np.isnan(line_fits(np.array([3.0, 3.0]), np.array([[1.0, 2.0]]))[0][0])  # equal x
