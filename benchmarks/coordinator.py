@@ -17,7 +17,8 @@ packed (``nslab.report/2``); each coordinator then reads, in its own process (th
 ``ingest``, and ``step`` after every 0.5 s of reports.
 
 Printed per size and coordinator: the process's CPU time (s, all threads) per closed window,
-split into parse (JSON -> messages), ingest and step (the window pipeline); the largest step;
+split into parse (JSON -> messages), ingest and step (the window pipeline; in this tree it
+also puts the reports' records in windows, which ingest did before); the largest step;
 accuracy against the truth (``session.scoring``, first window left out, drift over final
 windows): offset |error| p50/p99 (us), drift |error| p99 (ppm), the NTP-style baseline's
 offset p99, collocation precision/recall against the true hosts and the window from which
