@@ -116,8 +116,10 @@ class _Cluster:
 
     def __post_init__(self) -> None:
         # the range of the mean drift less the common mode over the windows with data, and
-        # the fewest members with data in a window (NaN without any): ``_separated``
+        # the fewest members with data in a window (NaN without any): ``_separated``;
+        # whether every window has data (1.0)
         has = self.count > 0
+        self.complete = float(has.all())
         dev = self.total[has] / self.count[has] - self.common[has]
         self.lo, self.hi, self.cmin = ((float(dev.min()), float(dev.max()),
                                         float(self.count[has].min())) if dev.size
@@ -129,12 +131,12 @@ class _Cluster:
                         self.ocount + other.ocount, self.common)
 
 
-_FIELDS = ("total", "count", "ototal", "ocount", "lo", "hi", "cmin")
+_FIELDS = ("total", "count", "ototal", "ocount", "lo", "hi", "cmin", "complete")
 
 
 class _Stack(NamedTuple):
     """Several clusters' series stacked, one row each (``_Cluster``'s arrays, (L, n_windows),
-    its bounds ``lo``, ``hi``, ``cmin`` (L,) and ``sizes`` (L,) members)."""
+    its bounds ``lo``, ``hi``, ``cmin``, ``complete`` (L,) and ``sizes`` (L,) members)."""
 
     total: np.ndarray
     count: np.ndarray
@@ -143,6 +145,7 @@ class _Stack(NamedTuple):
     lo: np.ndarray
     hi: np.ndarray
     cmin: np.ndarray
+    complete: np.ndarray
     sizes: np.ndarray
 
     @classmethod
@@ -168,6 +171,10 @@ class _Rows:
     def __len__(self) -> int:
         return self.idx.size
 
+    @property
+    def windows(self) -> int:
+        return self.stack.count.shape[1]
+
     def take(self, rows: np.ndarray) -> _Rows:
         return _Rows(self.stack, self.idx[rows])
 
@@ -182,10 +189,10 @@ class _Pool:
 
     def __init__(self, n_ids: int, n_windows: int):
         self.rows = _Stack(*(np.zeros((n_ids, n_windows)) for _ in range(4)),
-                           *(np.zeros(n_ids) for _ in range(4)))
+                           *(np.zeros(n_ids) for _ in range(5)))
 
     def put(self, cid: int, c: _Cluster) -> None:
-        for arr, f in zip(self.rows[:7], _FIELDS, strict=True):
+        for arr, f in zip(self.rows[:8], _FIELDS, strict=True):
             arr[cid] = getattr(c, f)
         self.rows.sizes[cid] = len(c.members)
 
@@ -237,11 +244,16 @@ def _test_many(a: _Rows, others: _Rows, s2: float, bases: _Bases
     differ by far more than the noise, most pairs) is not projected: the constant lies in
     the basis, so its S is ``Z_CLIP**2 * n`` exactly; rows ``_separated`` says are
     saturated are not even computed."""
-    ok = (a.count > 0) & (others.count > 0)
-    n = ok.sum(axis=1)
+    w = others.windows
+    if a.complete.all() and others.complete.all():  # both have every window (most tests)
+        ok, n = None, np.full(len(others), w)
+    else:
+        ok = (a.count > 0) & (others.count > 0)
+        n = ok.sum(axis=1)
     sat = _separated(a, others, s2) & (n >= MIN_WINDOWS)
     full = np.flatnonzero(~sat)
-    af, of, okf = a.pick(full), others.take(full), ok[full]
+    af, of = a.pick(full), others.take(full)
+    okf = np.ones((full.size, w), dtype=bool) if ok is None else ok[full]
     a_total, a_count, totals, counts = af.total, af.count, of.total, of.count
     with np.errstate(divide="ignore", invalid="ignore"):
         z = (a_total / a_count - totals / counts) / np.sqrt(
@@ -255,9 +267,10 @@ def _test_many(a: _Rows, others: _Rows, s2: float, bases: _Bases
     proj = np.flatnonzero(~sat[full])
     stat[full[proj]], k[full[proj]] = _project(z[proj], okf[proj], bases, skip_constant=False)
     if sat.any():
-        oks = ok[sat]
-        first = oks.argmax(axis=1)
-        last = ok.shape[1] - 1 - oks[:, ::-1].argmax(axis=1)
+        first, last = np.zeros(int(sat.sum()), int), np.full(int(sat.sum()), w - 1)
+        if ok is not None:
+            oks = ok[sat]
+            first, last = oks.argmax(axis=1), w - 1 - oks[:, ::-1].argmax(axis=1)
         stat[sat] = Z_CLIP ** 2 * n[sat]
         k[sat] = _dof(n[sat], last - first + 1, bases.min_period)
     return stat, k, n, sat

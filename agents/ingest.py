@@ -313,17 +313,19 @@ class Inbox:
         pid = rows[:, 0]
         if pid.size and pid.min() >= 0 and pid.max() < 1 << 32:  # the agents' 32-bit ids:
             # one int64 key, sorted stably by radix sort (arrival order kept among equals)
-            order = np.argsort((direction << 33) | (pid << 1) | rows[:, 1], kind="stable")
+            key = (direction << 33) | (pid << 1) | rows[:, 1]
+            order = np.argsort(key, kind="stable")
+            key = key[order]
+            same = key[1:] == key[:-1]
         else:
             order = np.lexsort((rows[:, 1], pid, direction))  # stable as well
-        direction, src, dst, rows = direction[order], src[order], dst[order], rows[order]
-        last = np.r_[(direction[1:] != direction[:-1]) | (rows[1:, 0] != rows[:-1, 0])
-                     | (rows[1:, 1] != rows[:-1, 1]), True]
-        direction, src, dst, rows = direction[last], src[last], dst[last], rows[last]
+            so, sr = direction[order], rows[order]
+            same = (so[1:] == so[:-1]) & (sr[1:, 0] == sr[:-1, 0]) & (sr[1:, 1] == sr[:-1, 1])
+        sel = order[np.r_[~same, True]]  # each record's last copy, in order
+        direction = direction[sel]
         first = np.flatnonzero(np.r_[True, direction[1:] != direction[:-1]])
-        dirs = [(self.names[s], self.names[d]) for s, d in zip(src[first].tolist(),
-                                                                  dst[first].tolist(),
+        dirs = [(self.names[s], self.names[d]) for s, d in zip(src[sel[first]].tolist(),
+                                                                  dst[sel[first]].tolist(),
                                                                   strict=True)]
         starts = starts_of(np.diff(np.r_[first, direction.size]))
-        return Records(dirs, starts, rows[:, 0].copy(), rows[:, 1].copy(), rows[:, 2].copy(),
-                       rows[:, 3].copy())
+        return Records(dirs, starts, *(rows[sel, i] for i in range(4)))

@@ -207,8 +207,7 @@ def _owd(records: Records, index: dict[str, int], x: np.ndarray, t_k: int
                               x[dst, 0] - x[src, 0], x[dst, 1] - x[src, 1],
                               t_k + np.round(x[src, 0]).astype(np.int64))
     n = np.diff(starts)
-    # thousands of directions a window: built without validation (floats and ints already)
-    return {f"{records.dirs[i][0]}->{records.dirs[i][1]}": OwdStats.model_construct(
+    return {f"{records.dirs[i][0]}->{records.dirs[i][1]}": OwdStats(
         min_us=a, p50_us=b, p99_us=c, n=m) for i, a, b, c, m in zip(
         use, mins.tolist(), p50.tolist(), p99.tolist(), n.tolist(), strict=True)}
 
