@@ -24,7 +24,8 @@ setup: system-packages $(STAMP) vmclock probeio chrony
 vmclock: system-packages
 	@$(MAKE) -s -C vmclock
 
-# the agent's compiled datagram path (agents/native/probeio.c, libcrypto for its HMAC tags)
+# the agents' compiled paths: the agent's datagram path (agents/native/probeio.c, libcrypto for
+# its HMAC tags) and the pacer's control loop (agents/native/pacer.c)
 probeio: system-packages
 	@$(MAKE) -s -C agents/native
 

@@ -152,8 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "the coordinator's API); in 'pace' mode hold a destination's traffic on "
                     "this VM's own egress (an HTB class per destination) for OWD - T while its "
                     "OWD exceeds T (On-Ramp, NSDI 2021). The gate stays open until the clock "
-                    "sync has converged. Reports go to the coordinator (CoordinatorState."
-                    "pacers).",
+                    "sync has converged. Probes, gate and hold run in a compiled thread "
+                    "(agents/native/pacer.c, built by make setup). Reports go to the "
+                    "coordinator (CoordinatorState.pacers).",
         epilog="example: python -m agents pacer --name vm1 --bind 10.1.1.2 --ifname vm1-eth0 "
                "--peers vm2=10.1.2.2 --coordinator 10.1.1.2:7700 --api 10.1.1.2:7780 "
                "--line-mbit 100 --threshold-us 500")
@@ -260,6 +261,7 @@ def _pacer(parser: argparse.ArgumentParser, args) -> int:
 
     from agents.gate import GateConfig
     from agents.pacer import Pacer, PacerConfig
+    from agents.pacerio import PacerIOError
     try:
         cfg = PacerConfig(
             name=args.name, bind=args.bind, ifname=args.ifname, peers=args.peers,
@@ -274,6 +276,9 @@ def _pacer(parser: argparse.ArgumentParser, args) -> int:
     except (OSError, NetlinkError) as e:
         log.error("cannot set up the pacer on %s (%s:%d): %s", args.ifname, args.bind,
                   args.port, e)
+        return 1
+    except PacerIOError as e:
+        log.error("%s", e)
         return 1
     stop = _stop_on_signals()
     log.info("pacer %s (%s) on %s, T %.0f us, line %.0f Mbit/s", args.name, args.mode,

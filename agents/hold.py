@@ -12,7 +12,11 @@ Layout on the VM's interface (tc-htb(8), tc-tbf(8), tc-u32(8)):
 ``hold(dst)`` changes the TBF under ``1:N`` to ``HELD_BIT_S`` with a one-packet burst (TCP's
 packets wait in its queue; TCP small queues then stop the sockets: nothing is dropped and no
 congestion signal is made); ``release(dst)`` restores ``LINE``. One ``RTM_NEWQDISC`` each, tens
-of us. A TBF change keeps the queued packets (only the fifo's limit is set) but does not wake
+of us in the kernel. Both messages are built once per destination (``messages``: rtnetlink(7),
+``struct tcmsg``, ``TCA_TBF_PARMS`` with ``TCA_TBF_BURST``, as tc(8) sends them) and sent as
+they are on a raw netlink socket, here or by the pacer's compiled loop (``agents.pacerio``):
+pyroute2 took milliseconds per change in Python (it builds the TBF's rate table each time).
+A TBF change keeps the queued packets (only the fifo's limit is set) but does not wake
 the device: the caller sends a packet on the interface right after ``release`` (the pacer's
 next probe to that destination) so the queue leaves at once, not at the TBF's next timer.
 
@@ -36,6 +40,8 @@ go leaves at that rate, not at the veth's.
 from __future__ import annotations
 
 import ipaddress
+import socket
+import struct
 import threading
 
 from pyroute2 import IPRoute
@@ -60,6 +66,38 @@ def _htb(rate_bit_s: int, ceil_bit_s: int, prio: int = 0) -> dict:
 
 def _tbf(rate_bit_s: int, burst: int) -> dict:
     return dict(rate=f"{rate_bit_s}bit", burst=burst, limit=_TBF_LIMIT)
+
+
+_NLMSG = struct.Struct("=IHHII")         # struct nlmsghdr
+_TCMSG = struct.Struct("=BxxxiIII")      # struct tcmsg
+_TBF_QOPT = struct.Struct("=BBHhHI12xIII")  # struct tc_tbf_qopt: rate (tc_ratespec), peakrate
+_RTM_NEWQDISC, _NLM_F_REQUEST, _NLM_F_ACK = 36, 1, 4
+_TCA_KIND, _TCA_OPTIONS = 1, 2
+_TCA_TBF_PARMS, _TCA_TBF_RATE64, _TCA_TBF_BURST = 1, 4, 6
+_LINKLAYER_ETHERNET = 1
+
+
+def _attr(kind: int, payload: bytes) -> bytes:
+    """One netlink attribute, padded to 4 bytes."""
+    head = struct.pack("=HH", 4 + len(payload), kind)
+    return head + payload + b"\0" * (-len(payload) % 4)
+
+
+def tbf_change(index: int, handle: int, parent: int, rate_bit_s: int, burst: int,
+               limit: int = _TBF_LIMIT) -> bytes:
+    """The ``RTM_NEWQDISC`` message (no create, no replace: ``tc qdisc change``) setting the TBF
+    ``handle`` under ``parent`` on interface ``index`` to ``rate_bit_s`` with a ``burst``-byte
+    bucket and a ``limit``-byte queue; seq 0 (the sender sets it). The kernel derives the
+    bucket's time from ``TCA_TBF_BURST`` (no rate table: linux net/sched/sch_tbf.c)."""
+    rate = rate_bit_s // 8
+    opts = _attr(_TCA_TBF_PARMS, _TBF_QOPT.pack(0, _LINKLAYER_ETHERNET, 0, -1, 0,
+                                                 min(rate, 0xFFFFFFFF), limit, 0, 0))
+    if rate > 0xFFFFFFFF:
+        opts += _attr(_TCA_TBF_RATE64, struct.pack("=Q", rate))
+    body = _TCMSG.pack(0, index, handle, parent, 0) + _attr(_TCA_KIND, b"tbf\0") + \
+        _attr(_TCA_OPTIONS, opts + _attr(_TCA_TBF_BURST, struct.pack("=I", burst)))
+    return _NLMSG.pack(_NLMSG.size + len(body), _RTM_NEWQDISC, _NLM_F_REQUEST | _NLM_F_ACK,
+                       0, 0) + body
 
 
 class Holder:
@@ -87,6 +125,8 @@ class Holder:
         self.index, self.ifname = idx[0], ifname
         self.line = int(line_mbit * 1e6)
         self._open = _tbf(self.line, _htb(self.line, self.line)["burst"])
+        self.nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        self.nl.settimeout(1.0)
         self.classes: dict[str, int] = {}
         self.held: set[str] = set()
         self._lock = threading.Lock()
@@ -125,25 +165,35 @@ class Holder:
         with self._lock:
             self._class(dst)
 
-    def hold(self, dst: str) -> None:
-        """Stop ``dst``'s traffic (queued in its class) until ``release``."""
+    def messages(self, dst: str) -> tuple[bytes, bytes]:
+        """``dst``'s hold and release messages (``tbf_change``), its class made if needed."""
         with self._lock:
-            if dst in self.held:
-                return
             handle = self._class(dst)
-            self.ipr.tc("change", "tbf", self.index, self._leaf(handle), parent=handle,
-                        **_tbf(HELD_BIT_S, _ONE_PACKET))
+        leaf = self._leaf(handle)
+        return (tbf_change(self.index, leaf, handle, HELD_BIT_S, _ONE_PACKET),
+                tbf_change(self.index, leaf, handle, self.line, self._open["burst"]))
+
+    def _switch(self, msg: bytes) -> None:
+        self.nl.send(msg)
+        ack = self.nl.recv(4096)
+        err = struct.unpack_from("=i", ack, _NLMSG.size)[0]
+        if err:
+            raise NetlinkError(-err)
+
+    def hold(self, dst: str) -> None:
+        """Stop ``dst``'s traffic (queued in its class) until ``release``.
+
+        Raises:
+            NetlinkError: the kernel refused the change."""
+        if dst not in self.held:
+            self._switch(self.messages(dst)[0])
             self.held.add(dst)
 
     def release(self, dst: str) -> None:
         """Let ``dst``'s traffic go at the line rate (send a packet on the interface next: the
         module doc says why)."""
-        with self._lock:
-            if dst not in self.held:
-                return
-            handle = self.classes[dst]
-            self.ipr.tc("change", "tbf", self.index, self._leaf(handle), parent=handle,
-                        **self._open)
+        if dst in self.held:
+            self._switch(self.messages(dst)[1])
             self.held.discard(dst)
 
     def close(self) -> None:
@@ -154,3 +204,4 @@ class Holder:
             except NetlinkError:  # the interface may be gone with its namespace
                 pass
             self.ipr.close()
+            self.nl.close()

@@ -206,6 +206,9 @@ class PacerDest(_Wire):
     """From an echo's arrival (kernel stamp) to its hold applied, 99th percentile over the
     recent holds, us: the control loop's own delay (benchmarks/pacer_model.py shows what a
     given delay costs in drops)."""
+    wake_us_p99: float | None = None
+    """From an echo's arrival (kernel stamp) to the pacer's loop handling it, 99th percentile
+    over the recent samples, us: the part of ``react_us_p99`` spent waiting for a CPU."""
     tcp: DestStats | None = None
     """Its TCP connections now (``agents.tcpsense``); ``None`` without any."""
 

@@ -17,10 +17,15 @@ Loop:
   clock and echoes both stamps back. The sender computes the one-way delay on synchronized
   clocks, ``owd = (rx - theta_dst) - (tx - theta_src)`` with ``theta`` each VM's offset
   against the reference at that time (offset + drift x elapsed, from the coordinator);
-* in ``pace`` mode each sample goes through ``agents.gate.Gate`` (On-Ramp's rule) and a hold
+* in ``pace`` mode each sample goes through On-Ramp's gate (``agents.gate``) and a hold
   switches the TBF under the destination's HTB class (``agents.hold.Holder``) to ~0 until
   the hold ends;
 * every ``report_s``: a ``PacerReport`` to the coordinator (served in its API).
+
+Probes, echoes, the OWD, the gate and the switch run in one native thread
+(``agents.pacerio``, ``agents/native/pacer.c``: the Python loop reacted in 0.1-0.5 s under
+load); this module senses, keeps the clock parameters and the destinations' state in it
+current (every ``sense_s``), drains its samples and reports.
 
 The probes share the data's last hop (the destination's downlink, where incast queues
 build) but ECMP may hash them onto another spine than a given flow; the gate then sees the
@@ -34,7 +39,6 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import struct
 import threading
 import time
 from collections import deque
@@ -44,21 +48,18 @@ from urllib.request import urlopen
 import numpy as np
 from pyroute2 import DiagSocket
 
-from agents.agent import SO_TIMESTAMPING, ClockView, kernel_stamp
+from agents.agent import SO_TIMESTAMPING, ClockView
 from agents.clock import Clock
-from agents.gate import Gate, GateConfig
+from agents.gate import GateConfig
 from agents.hold import Holder
 from agents.messages import CoordinatorState, PacerDest, PacerReport
+from agents.pacerio import Engine
 from agents.tcpsense import by_destination, netstat, sense
 
 __all__ = ["Pacer", "PacerConfig", "Sync"]
 
 log = logging.getLogger("agents.pacer")
 
-_MAGIC = b"NSPC"
-_PROBE = struct.Struct("!4sBxxxQq")        # magic, kind, seq, tx_ns
-_ECHO = struct.Struct("!4sBxxxQqq")        # magic, kind, seq, tx_ns, rx_ns
-_KIND_PROBE, _KIND_ECHO = 1, 2
 _RX_SOFTWARE = (1 << 3) | (1 << 4)         # SOF_TIMESTAMPING_RX_SOFTWARE | _SOFTWARE
 _SAMPLES = 20_000                          # OWD samples kept per destination
 
@@ -132,112 +133,91 @@ class Sync:
                         f"{self.sigma_ns:.0f} ns): gate open")
         return None
 
-    def theta_ns(self, vm: str, at_vm_ns: int) -> float:
-        """``vm``'s clock minus the reference's at its own clock reading ``at_vm_ns``."""
+    def clock_of(self, vm: str) -> tuple[float, float, int | None]:
+        """``vm``'s clock against the reference: (offset ns, drift ppm, at reference time ns
+        or None); ``theta(t) = offset + drift x 1e-6 x (t - offset - at)`` is its clock minus
+        the reference's at its own reading ``t`` (0 drift term without ``at``). Zeros when
+        unknown (``why_not`` says so)."""
         st = self.state
-        vs = st.vms[vm]
-        elapsed = (at_vm_ns - vs.offset_ns - st.t_ns) if st.t_ns is not None else 0.0
-        return vs.offset_ns + (vs.drift_ppm or 0.0) * 1e-6 * elapsed
+        vs = st.vms.get(vm) if st is not None else None
+        if vs is None or vs.offset_ns is None:
+            return 0.0, 0.0, None
+        return vs.offset_ns, vs.drift_ppm or 0.0, st.t_ns
 
 
 class Pacer:
-    """One VM's pacer (see the module doc). ``run(stop)`` until ``stop`` is set."""
+    """One VM's pacer (see the module doc). ``run(stop)`` until ``stop`` is set.
+
+    Raises:
+        agents.pacerio.PacerIOError: the compiled loop is missing (run ``make setup``).
+    """
 
     def __init__(self, cfg: PacerConfig, clock: Clock | None = None):
         self.cfg = cfg
         self.clock = ClockView(clock or Clock())
+        self.names = sorted(cfg.peers)
+        self.index = {n: i for i, n in enumerate(self.names)}
         self.by_ip = {ip: name for name, ip in cfg.peers.items()}
-        self.gate = Gate(cfg.gate)
         self.sync = Sync(cfg.name, cfg.sync_sigma_ns or cfg.gate.threshold_ns / 4, cfg.stale_s)
-        self.holder = Holder(cfg.ifname, cfg.line_mbit, cfg.port) if cfg.mode == "pace" else None
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, _RX_SOFTWARE)
         self.sock.bind((cfg.bind, cfg.port))
-        self.sock.settimeout(0.05)
+        self.sock.setblocking(False)
+        self.engine = Engine(self.sock, cfg.port, [cfg.peers[n] for n in self.names],
+                             cfg.mode == "pace", cfg.gate, cfg.probe_s,
+                             self.clock.to_vm_ns if self.clock.path else None)
+        self.holder = Holder(cfg.ifname, cfg.line_mbit, cfg.port) if cfg.mode == "pace" else None
         self.diag = DiagSocket()
         self.diag.bind()
         self.net0 = netstat()
         self.active: set[str] = set()
         self.busy_at: dict[str, float] = {}
+        self.switches: set[str] = set()
         self.tcp: dict = {}
         self.owd: dict[str, deque] = {}
-        self.releases: dict[str, int] = {}
         self.react: dict[str, deque] = {}
-        self.sent: dict[str, int] = {}
-        self.echoed: dict[str, int] = {}
-        self.above: dict[str, int] = {}
+        self.wake: dict[str, deque] = {}
         self.status = "starting"
         self.synced = False
-        self.seq = 0
         self.lock = threading.Lock()
 
-    # -- probes ------------------------------------------------------------------------
-    def _send_probes(self) -> None:
-        for dst in sorted(self.active):
-            self.seq += 1
-            msg = _PROBE.pack(_MAGIC, _KIND_PROBE, self.seq, self.clock.now_ns())
-            try:
-                self.sock.sendto(msg, (self.cfg.peers[dst], self.cfg.port))
-                self.sent[dst] = self.sent.get(dst, 0) + 1
-            except OSError as e:
-                log.debug("probe to %s: %s", dst, e)
-
-    def _receive(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            try:
-                data, anc, _flags, addr = self.sock.recvmsg(64, 512)
-            except TimeoutError:
-                continue
-            except OSError as e:
-                log.debug("recv: %s", e)
-                continue
-            stamp = kernel_stamp(anc)
-            rx = self.clock.to_vm_ns(stamp) if stamp else self.clock.now_ns()
-            if len(data) == _PROBE.size and data[:4] == _MAGIC and data[4] == _KIND_PROBE:
-                _, _, seq, tx = _PROBE.unpack(data)
-                try:
-                    self.sock.sendto(_ECHO.pack(_MAGIC, _KIND_ECHO, seq, tx, rx), addr)
-                except OSError as e:
-                    log.debug("echo to %s: %s", addr, e)
-            elif len(data) == _ECHO.size and data[:4] == _MAGIC and data[4] == _KIND_ECHO:
-                _, _, _seq, tx, prx = _ECHO.unpack(data)
-                dst = self.by_ip.get(addr[0])
-                if dst is not None:
-                    self.echoed[dst] = self.echoed.get(dst, 0) + 1
-                    self._sample(dst, tx, prx, rx)
-
-    def _sample(self, dst: str, tx: int, prx: int, seen: int) -> None:
+    # -- the native loop's state -------------------------------------------------------
+    def _update(self) -> None:
+        """Tell the native loop which destinations to probe and gate, with their clocks."""
         now = self.clock.now_ns()
-        why = self.sync.why_not(dst, now)
-        self.synced = why is None
-        if why is not None:
-            self.status = why
-            return
-        owd = (prx - self.sync.theta_ns(dst, prx)) - (tx - self.sync.theta_ns(self.cfg.name, tx))
-        with self.lock:
-            self.owd.setdefault(dst, deque(maxlen=_SAMPLES)).append(owd)
-        if owd > self.cfg.gate.threshold_ns:
-            self.above[dst] = self.above.get(dst, 0) + 1
-        if self.holder is None:
-            self.status = "sensing (mode sense): gate off"
-            return
-        self.status = "pacing"
-        d = self.gate.decide(dst, owd, tx, now)
-        if d.hold_ns > 0:
-            self.holder.hold(self.cfg.peers[dst])
-            with self.lock:
-                self.releases[dst] = d.until_ns
-                self.react.setdefault(dst, deque(maxlen=_SAMPLES)).append(
-                    self.clock.now_ns() - seen)
+        whys = {}
+        for i, name in enumerate(self.names):
+            active = name in self.active
+            if active and self.holder is not None and name not in self.switches:
+                self.engine.set_switch(i, *self.holder.messages(self.cfg.peers[name]))
+                self.switches.add(name)
+            why = self.sync.why_not(name, now)
+            if active:
+                whys[name] = why
+            off, drift, at = self.sync.clock_of(name)
+            self.engine.set_dest(i, active, why is None, off, drift if at else 0.0, at or 0)
+        off, drift, at = self.sync.clock_of(self.cfg.name)
+        self.engine.set_dest(len(self.names), False, True, off, drift if at else 0.0, at or 0)
+        if whys:  # the state of the last destinations probed stays until others are
+            why = next((w for w in whys.values() if w is not None), None)
+            self.synced = why is None
+            self.status = why or ("pacing" if self.holder is not None
+                                  else "sensing (mode sense): gate off")
 
-    def _release_due(self) -> None:
-        now = self.clock.now_ns()
+    def _drain(self) -> None:
+        """The native loop's samples into the per-destination OWD and reaction series."""
+        recs = self.engine.drain()
+        if not len(recs):
+            return
         with self.lock:
-            due = [d for d, t in self.releases.items() if t <= now]
-            for d in due:
-                del self.releases[d]
-        for d in due:
-            self.holder.release(self.cfg.peers[d])
+            for i in np.unique(recs["dst"]):
+                mine = recs[recs["dst"] == i]
+                name = self.names[i]
+                self.owd.setdefault(name, deque(maxlen=_SAMPLES)).extend(mine["owd_ns"])
+                self.wake.setdefault(name, deque(maxlen=_SAMPLES)).extend(mine["wake_ns"])
+                held = mine["react_ns"][mine["held"] != 0]
+                if len(held):
+                    self.react.setdefault(name, deque(maxlen=_SAMPLES)).extend(held)
 
     # -- sensing, sync, reports --------------------------------------------------------
     def _sense(self) -> None:
@@ -248,9 +228,6 @@ class Pacer:
             if ip in self.by_ip and s.unacked > 0:
                 self.busy_at[self.by_ip[ip]] = now
         self.active = {d for d, t in self.busy_at.items() if now - t <= self.cfg.active_s}
-        if self.holder is not None:
-            for dst in self.active:
-                self.holder.prepare(self.cfg.peers[dst])
 
     def _poll(self) -> None:
         host, port = self.cfg.api
@@ -266,21 +243,21 @@ class Pacer:
         dests = {}
         with self.lock:
             owd = {d: np.asarray(s) for d, s in self.owd.items()}
-            react = {d: float(np.percentile(s, 99)) / 1e3 for d, s in self.react.items() if s}
-        for name, ip in sorted(self.cfg.peers.items()):
-            x, tcp = owd.get(name), self.tcp.get(ip)
-            holds, held_ns = self.gate.stats(name)
+            react, wake = ({d: float(np.percentile(s, 99)) / 1e3 for d, s in x.items() if s}
+                           for x in (self.react, self.wake))
+        for i, name in enumerate(self.names):
+            x, tcp = owd.get(name), self.tcp.get(self.cfg.peers[name])
+            st, holds, held_ns = self.engine.stats(i)
             if x is None and tcp is None and not holds:
                 continue
             p50, p99 = (np.percentile(x, [50, 99]) / 1e3).tolist() if x is not None and \
                 len(x) else (None, None)
-            sent = self.sent.get(name, 0)
-            dests[name] = PacerDest(owd_us_p50=p50, owd_us_p99=p99,
-                                    owd_samples=0 if x is None else len(x), holds=holds,
-                                    held_ms=held_ns / 1e6, react_us_p99=react.get(name),
-                                    tcp=tcp, probes_sent=sent,
-                                    above_threshold=self.above.get(name, 0),
-                                    probes_lost=max(0, sent - self.echoed.get(name, 0)))
+            dests[name] = PacerDest(owd_us_p50=p50, owd_us_p99=p99, owd_samples=st.samples,
+                                    holds=holds, held_ms=held_ns / 1e6,
+                                    react_us_p99=react.get(name),
+                                    wake_us_p99=wake.get(name), tcp=tcp,
+                                    probes_sent=st.sent, above_threshold=st.above,
+                                    probes_lost=max(0, st.sent - st.echoed))
         return PacerReport(name=self.cfg.name, t_ns=self.clock.now_ns(), mode=self.cfg.mode,
                            threshold_us=self.cfg.gate.threshold_ns / 1e3,
                            synced=self.synced, status=self.status, net=netstat().since(self.net0),
@@ -313,28 +290,22 @@ class Pacer:
 
     def run(self, stop: threading.Event) -> None:
         """Run until ``stop`` is set; then release every hold and remove the qdisc."""
-        threads = [threading.Thread(target=f, args=(stop,), daemon=True, name=f"pacer-{n}")
-                   for n, f in (("rx", self._receive), ("control", self._control))]
-        for t in threads:
-            t.start()
-        next_sense = 0.0
+        control = threading.Thread(target=self._control, args=(stop,), daemon=True,
+                                   name="pacer-control")
+        control.start()
+        self.engine.start()
         try:
             while not stop.is_set():
-                now = time.monotonic()
                 self.clock.refresh()
-                if now >= next_sense:
-                    self._sense()
-                    next_sense = now + self.cfg.sense_s
-                if self.holder is not None:  # before the probes: a probe wakes a released
-                    self._release_due()        # queue (agents.hold)
-                self._send_probes()
-                # idle (nothing to probe, no hold to end): wait for the next sensing only
-                busy = self.active or self.releases
-                time.sleep(self.cfg.probe_s if busy else max(0.0, next_sense - now))
+                self._sense()
+                self._update()
+                self._drain()
+                stop.wait(self.cfg.sense_s)
         finally:
             stop.set()
-            for t in threads:
-                t.join(2.0)
+            control.join(5.0)
+            if not control.is_alive():  # its last report reads the engine's counters
+                self.engine.close()
             if self.holder is not None:
                 self.holder.close()
             self.diag.close()

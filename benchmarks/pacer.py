@@ -7,19 +7,29 @@ sample's age compensated (``pace``: the OWD extrapolated to now, agents/gate.py)
 in one lab per (senders, queue).
 
     sudo .venv/bin/python benchmarks/pacer.py [--senders 2,4] [--queues 20,50] [--rounds 3]
+                                              [--before REF]
+
+With ``--before REF`` a row ``pace@REF`` follows, the pacers of REF's tree in the same lab
+(theirs on their PYTHONPATH, the lab and the rest this tree's): the pacer before and after a
+change of it, side by side in one run.
 
 Printed per row: completion (s, all senders done), fabric and VM-link queue drops (the lab's
 tc counters: the truth), TCP retransmitted segments and RTOs (the pacers' sensing), the
 senders' OWD p99 toward the receiver (us), holds, the pacers' reaction delay (an echo's
-arrival to its hold applied, p99 of the slowest sender, us), the pacers' CPU (fraction of a core),
-whether the machine was saturated, and the drops per link ("a-b", both ends).
+arrival to its hold applied, p99 of the slowest sender, us) and the part of it before the
+pacer's loop handled the echo (``wake``: waiting for a CPU), the pacers' CPU (fraction of a core),
+whether the machine was saturated, and the drops per link ("a-b", both ends); after each lab,
+its fidelity line (``session.results.fidelity_line``: which cores and links the CPU limited).
 Goal (issue 10): zero drops with the pacer on, completion not worse.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 
 import psutil
 from mininet.log import setLogLevel
@@ -28,7 +38,11 @@ from lab import Lab
 from lab.fidelity import FidelitySampler
 from lab.observe import link_states
 from session.daemons import AgentMesh, AgentsSpec, PacerSpec
+from session.results import Fidelity, fidelity_line
 from topo import LeafSpine
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from agent_cost import checkout  # noqa: E402 - benchmarks/ is this script's directory
 
 
 def drops(lab) -> dict[str, int]:
@@ -52,9 +66,28 @@ def incast(lab, senders, rx, nbytes: int, cc: str | None) -> tuple[float, dict[s
     return t, {k: d1[k] - d0[k] for k in d1 if d1[k] > d0[k]}
 
 
+@contextmanager
+def pythonpath(tree: str | None):
+    """Processes started inside it import ``tree``'s packages (None: this tree's): on their
+    PYTHONPATH and as their working directory (``python -m`` puts it first on sys.path)."""
+    saved, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
+    if tree:
+        os.environ["PYTHONPATH"] = tree
+        os.chdir(tree)
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
 def run_mode(lab, mesh, senders, rx, mode: str, spec: PacerSpec, rounds: int, nbytes: int,
-             cc: str | None):
-    mesh.start_pacers(senders + [rx], mode, spec)
+             cc: str | None, tree: str | None = None):
+    with pythonpath(tree):
+        mesh.start_pacers(senders + [rx], mode, spec)
     time.sleep(3)
     cpu0 = {k: psutil.Process(p.pid).cpu_times() for k, p in mesh.procs.items()
             if k.startswith("pacer-")}
@@ -81,6 +114,8 @@ def run_mode(lab, mesh, senders, rx, mode: str, spec: PacerSpec, rounds: int, nb
             "holds": sum(r.dests[rx.name].holds for r in reps if rx.name in r.dests),
             "react_us": max((r.dests[rx.name].react_us_p99 or 0 for r in reps
                              if rx.name in r.dests), default=0),
+            "wake_us": max((r.dests[rx.name].wake_us_p99 or 0 for r in reps
+                            if rx.name in r.dests), default=0),
             "cpu": cpu}
 
 
@@ -95,11 +130,19 @@ def main() -> None:
     ap.add_argument("--max-hold-us", type=float, default=PacerSpec().max_hold_us)
     ap.add_argument("--cc", default=None, help="the senders' TCP congestion control "
                     "(default: the VMs')")
+    ap.add_argument("--before", default=None, help="also run REF's pacers (row pace@REF)")
     args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        before = checkout(args.before, tmp) if args.before else None
+        sweep(args, before)
+
+
+def sweep(args, before: str | None) -> None:
+    """Every (senders, queue) row group of the module doc."""
     setLogLevel("error")
-    print(f"{'senders':>7s} {'queue':>5s} {'mode':>6s} {'compl s':>7s} {'drops':>6s} "
+    print(f"{'senders':>7s} {'queue':>5s} {'mode':>11s} {'compl s':>7s} {'drops':>6s} "
           f"{'retrans':>7s} {'RTOs':>4s} {'OWD p99 us':>10s} {'holds':>5s} {'react us':>8s} "
-          f"{'CPU':>5s} "
+          f"{'wake us':>7s} {'CPU':>5s} "
           f"{'saturated':>9s} drops per link")
     for n in (int(x) for x in args.senders.split(",")):
         for q in (int(x) for x in args.queues.split(",")):
@@ -115,17 +158,22 @@ def main() -> None:
                     spec = PacerSpec(threshold_us=args.threshold_us,
                                      max_hold_us=args.max_hold_us)
                     onramp = spec.model_copy(update={"predict": False})
-                    for label, mode, s in (("sense", "sense", spec), ("onramp", "pace", onramp),
-                                           ("pace", "pace", spec)):
+                    rows = [("sense", "sense", spec, None), ("onramp", "pace", onramp, None),
+                            ("pace", "pace", spec, None)]
+                    if before:
+                        rows.append((f"pace@{args.before}", "pace", spec, before))
+                    for label, mode, s, tree in rows:
                         r = run_mode(lab, mesh, senders, rx, mode, s, args.rounds,
-                                     args.bytes, args.cc)
+                                     args.bytes, args.cc, tree)
                         owd = f"{r['owd_p99_us']:10.0f}" if r["owd_p99_us"] else f"{'-':>10s}"
-                        print(f"{n:7d} {q:5d} {label:>6s} {r['completion_s']:7.3f} "
+                        print(f"{n:7d} {q:5d} {label:>11s} {r['completion_s']:7.3f} "
                               f"{r['drops']:6d} {r['retrans']:7d} {r['rtos']:4d} {owd} "
-                              f"{r['holds']:5d} {r['react_us']:8.0f} {r['cpu']:5.2f} "
+                              f"{r['holds']:5d} {r['react_us']:8.0f} {r['wake_us']:7.0f} "
+                              f"{r['cpu']:5.2f} "
                               f"{fid.summary()['saturated']!s:>9s} {r['where']}", flush=True)
                 finally:
                     mesh.stop()
+                print("  " + fidelity_line(Fidelity.model_validate(fid.summary())), flush=True)
 
 
 if __name__ == "__main__":

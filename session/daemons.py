@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents import probeio
+from agents import pacerio, probeio
 from agents.coordinator import DRIFT_WINDOWS
 from agents.messages import CoordinatorState
 from agents.probe import HEADER_LEN, TAG_LEN
@@ -144,7 +144,11 @@ class AgentMesh:
 
     def start_pacers(self, vms: list, mode: str, spec: PacerSpec) -> None:
         """Start a pacer in each of ``vms`` (``mode`` sense or pace), told its vNIC's rate
-        (the tenant knows its VM's bandwidth) and every other VM as a peer."""
+        (the tenant knows its VM's bandwidth) and every other VM as a peer.
+
+        Raises:
+            LabError: the pacer's compiled loop cannot be built."""
+        native.make(pacerio.NATIVE_DIR, pacerio.LIBRARY, pacerio.SOURCE, "the pacer's loop")
         cip = self.coordinator.IP()
         for vm in vms:
             intf = vm.defaultIntf()

@@ -1,0 +1,561 @@
+/* libnslabpacer.so: the pacer's control loop, compiled (agents/pacerio.py loads it with ctypes;
+ * agents/pacer.py keeps sensing, the clock sync's parameters, reports and the coordinator API).
+ *
+ * One native thread (npc_start) owns the pacer's UDP socket and a NETLINK_ROUTE socket and,
+ * without ever taking Python's GIL:
+ *   1. sends a timestamp probe to each active destination every probe_ns (layout below);
+ *   2. answers the probes of other pacers with an echo carrying the probe's kernel RX stamp;
+ *   3. turns each echo into a one-way delay on the synchronized clocks,
+ *      owd = (rx - theta_dst(rx)) - (tx - theta_me(tx)),
+ *      theta_v(t) = off_v + drift_v x 1e-6 x (t - off_v - t_ref) (agents.pacer.Sync.theta_ns),
+ *      and runs On-Ramp's gate on it (npc_gate_decide: agents/gate.py's Gate.decide, the same
+ *      arithmetic in the same order, which the unit tests check on the same inputs);
+ *   4. holds a destination by sending its prebuilt RTM_NEWQDISC message (agents/hold.py builds
+ *      it: the TBF under the destination's HTB class at 64 kbit/s) and releases it when the
+ *      hold ends (the open message, then a probe to that destination, which wakes the device);
+ *   5. records every sample (destination, OWD, whether a hold was applied and how long after
+ *      the echo's kernel arrival) in a ring that Python drains (npc_drain).
+ * Python changes the destinations (active, synchronized, clock parameters, switch messages)
+ * under the engine's mutex (npc_set_*).
+ *
+ * Wire (big-endian, UDP, the pacer's port): probe = "NSPC", kind 1, 3 pad bytes, seq u64,
+ * tx_ns i64 (24 bytes); echo = the same with kind 2 plus rx_ns i64 (32 bytes), rx the probe's
+ * arrival at the destination on its VM clock.
+ *
+ * Stamps and clock: CLOCK_REALTIME as this process sees it (in a lab VM the vmclock preload
+ * wraps clock_gettime and recvmmsg: the VM clock); ``conv`` (NULL: identity) maps it to the
+ * VM clock otherwise, as in probeio.c. Sources: Liu et al., NSDI 2021 (On-Ramp); rtnetlink(7),
+ * tc-tbf(8); Documentation/networking/timestamping.rst.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/netlink.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BATCH 32
+#define SLOT 64
+#define CTL 256
+#define PROBE_LEN 24
+#define ECHO_LEN 32
+#define KIND_PROBE 1
+#define KIND_ECHO 2
+#define MAX_MSG 256
+#define MAX_ERRNO 256
+#define IDLE_NS 10000000LL  /* longest wait: the stop flag is seen within it */
+
+typedef int64_t (*conv_fn)(int64_t);
+
+/* ------------------------------------------------------------------ the gate (agents/gate.py) */
+struct npc_gate_cfg {       /* GateConfig */
+    double threshold_ns, max_hold_ns, max_age_ns, max_continuous_ns, max_slope;
+    int32_t predict, pad;
+};
+
+/* Decision reasons, in agents.pacerio.REASONS order */
+enum { G_UNSYNCED, G_STALE, G_PREDATES, G_OPEN_AFTER, G_BELOW, G_ABOVE };
+
+struct gdest {              /* gate._Dest */
+    int64_t held_until, held_since, open_until, last_sent;
+    int64_t holds;
+    double held_ns, last_owd;
+    int has_last;
+};
+
+struct npc_gate {
+    struct npc_gate_cfg cfg;
+    int n;
+    struct gdest *d;
+};
+
+struct npc_gate *npc_gate_new(const struct npc_gate_cfg *cfg, int n)
+{
+    struct npc_gate *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->cfg = *cfg, g->n = n;
+    g->d = calloc(n > 0 ? n : 1, sizeof *g->d);
+    if (!g->d) {
+        free(g);
+        return NULL;
+    }
+    return g;
+}
+
+void npc_gate_free(struct npc_gate *g)
+{
+    if (g) {
+        free(g->d);
+        free(g);
+    }
+}
+
+static double predicted(const struct npc_gate *g, struct gdest *d, double owd, int64_t sent,
+                        int64_t now)
+{
+    if (d->has_last && sent <= d->last_sent)
+        return owd;         /* reordered echo: the newer sample already set the trend */
+    int had = d->has_last;
+    int64_t prev = d->last_sent;
+    double prev_owd = d->last_owd;
+    d->last_sent = sent, d->last_owd = owd, d->has_last = 1;
+    if (!g->cfg.predict || !had)
+        return owd;
+    double slope = (owd - prev_owd) / (double)(sent - prev);
+    slope = fmin(fmax(slope, 0.0), g->cfg.max_slope);
+    return owd + slope * (double)(now - sent);
+}
+
+/* Gate.decide for destination ``i``: the reason; *hold_ns > 0 holds until *until_ns. */
+int npc_gate_decide(struct npc_gate *g, int i, double owd, int64_t sent, int64_t now,
+                    int synced, double *hold_ns, int64_t *until_ns)
+{
+    struct gdest *d = &g->d[i];
+    *hold_ns = 0.0, *until_ns = 0;
+    if (!synced)
+        return G_UNSYNCED;
+    if ((double)(now - sent) - owd > g->cfg.max_age_ns)
+        return G_STALE;
+    double pred = predicted(g, d, owd, sent, now);
+    int holding = now < d->held_until;
+    if (holding && sent < d->held_since) {
+        *until_ns = d->held_until;
+        return G_PREDATES;
+    }
+    if (now < d->open_until)
+        return G_OPEN_AFTER;
+    if (owd <= g->cfg.threshold_ns)
+        return G_BELOW;
+    double excess = pred - g->cfg.threshold_ns;
+    if (!holding) {
+        d->held_since = now;
+        d->holds++;
+    }
+    int64_t end = now + (int64_t)fmin(excess, g->cfg.max_hold_ns);
+    int64_t cap = d->held_since + (int64_t)g->cfg.max_continuous_ns;
+    if (end >= cap) {
+        end = cap;
+        d->open_until = cap + (int64_t)g->cfg.max_hold_ns;
+    }
+    d->held_ns += (double)(end - (d->held_until > now ? d->held_until : now));
+    d->held_until = end;
+    *hold_ns = (double)(end - now), *until_ns = end;
+    return G_ABOVE;
+}
+
+void npc_gate_stats(const struct npc_gate *g, int i, int64_t *holds, double *held_ns)
+{
+    *holds = g->d[i].holds, *held_ns = g->d[i].held_ns;
+}
+
+/* ------------------------------------------------------------------------------- the engine */
+struct npc_rec {            /* one OWD sample (agents/pacerio.py: RECORD) */
+    int32_t dst, held;      /* held: 1 when this sample started or extended a hold */
+    double owd_ns;
+    int64_t tx_ns;
+    int64_t wake_ns;        /* the echo's kernel arrival -> this thread handling it */
+    int64_t react_ns;       /* the echo's kernel arrival -> hold applied (held only) */
+};
+
+struct npc_dstats {         /* per destination, since the start */
+    int64_t sent, echoed, samples, above, switches, switch_errors;
+};
+
+struct npc_counters {
+    int64_t echoes_tx, recv_errors, dropped_records, netlink_errors, unprepared;
+    int64_t send_errors[MAX_ERRNO];
+};
+
+struct dest {
+    uint32_t ip;            /* network order */
+    int active, synced, held;
+    double off_ns, drift_ppm;
+    int64_t next_probe, release_at;
+    unsigned char hold_msg[MAX_MSG], open_msg[MAX_MSG];
+    int hold_len, open_len;
+    struct npc_dstats st;
+};
+
+struct npc {
+    int fd, nl, port, n, pace;
+    int64_t probe_ns, t_ref;
+    uint64_t seq;
+    uint32_t nlseq;
+    double me_off, me_drift;
+    conv_fn conv;
+    struct dest *d;
+    struct npc_gate *gate;
+    struct npc_rec *ring;
+    int ring_cap, head, count;
+    struct npc_counters c;
+    pthread_mutex_t mu;
+    pthread_t thread;
+    int started;
+    volatile int stop;
+};
+
+static int64_t realtime(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static int64_t to_vm(const struct npc *h, int64_t ns) { return h->conv ? h->conv(ns) : ns; }
+static int64_t now_vm(const struct npc *h) { return to_vm(h, realtime()); }
+
+static void put_be(unsigned char *p, uint64_t v, int n)
+{
+    for (int i = n - 1; i >= 0; i--, v >>= 8)
+        p[i] = (unsigned char)v;
+}
+
+static uint64_t get_be(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static void count_errno(struct npc *h, int e) { h->c.send_errors[e < MAX_ERRNO ? e : 0]++; }
+
+/* ``n`` destinations (IPv4, network order); the pacers' UDP ``port``; ``pace`` 0: sense only.
+ * ``fd``: bound UDP socket with SO_TIMESTAMPING (the caller's, kept open). NULL on failure. */
+struct npc *npc_new(int fd, int port, int n, const uint32_t *ips, int pace,
+                    const struct npc_gate_cfg *gcfg, int64_t probe_ns, int ring_cap,
+                    conv_fn conv)
+{
+    struct npc *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->fd = fd, h->port = port, h->n = n, h->pace = pace, h->probe_ns = probe_ns;
+    h->conv = conv, h->ring_cap = ring_cap;
+    h->d = calloc(n > 0 ? n : 1, sizeof *h->d);
+    h->ring = calloc(ring_cap, sizeof *h->ring);
+    h->gate = npc_gate_new(gcfg, n);
+    h->nl = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE);
+    if (!h->d || !h->ring || !h->gate || h->nl < 0) {
+        if (h->nl >= 0)
+            close(h->nl);
+        npc_gate_free(h->gate);
+        free(h->ring);
+        free(h->d);
+        free(h);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++)
+        h->d[i].ip = ips[i];
+    pthread_mutex_init(&h->mu, NULL);
+    return h;
+}
+
+/* The switch of destination ``i``: its hold and open RTM_NEWQDISC messages (seq rewritten). */
+int npc_set_switch(struct npc *h, int i, const unsigned char *hold, int hold_len,
+                   const unsigned char *open, int open_len)
+{
+    if (i < 0 || i >= h->n || hold_len > MAX_MSG || open_len > MAX_MSG ||
+        hold_len < (int)sizeof(struct nlmsghdr) || open_len < (int)sizeof(struct nlmsghdr))
+        return -1;
+    pthread_mutex_lock(&h->mu);
+    memcpy(h->d[i].hold_msg, hold, hold_len);
+    memcpy(h->d[i].open_msg, open, open_len);
+    h->d[i].hold_len = hold_len, h->d[i].open_len = open_len;
+    pthread_mutex_unlock(&h->mu);
+    return 0;
+}
+
+/* Destination ``i`` (``i == n``: this VM, whose ``active`` is ignored): probed or not, gated or
+ * not, and its clock's offset (ns) and drift (ppm) against the reference at ``t_ref`` (ns). */
+void npc_set_dest(struct npc *h, int i, int active, int synced, double off_ns, double drift_ppm,
+                  int64_t t_ref)
+{
+    pthread_mutex_lock(&h->mu);
+    h->t_ref = t_ref;
+    if (i == h->n) {
+        h->me_off = off_ns, h->me_drift = drift_ppm;
+    } else if (i >= 0 && i < h->n) {
+        struct dest *d = &h->d[i];
+        d->active = active, d->synced = synced, d->off_ns = off_ns, d->drift_ppm = drift_ppm;
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
+static double theta(const struct npc *h, double off, double drift, int64_t at)
+{
+    double elapsed = (double)(at - h->t_ref) - off;
+    return off + drift * 1e-6 * elapsed;
+}
+
+static void emit(struct npc *h, const struct npc_rec *r)
+{
+    if (h->count == h->ring_cap) {   /* full: the oldest goes */
+        h->head = (h->head + 1) % h->ring_cap;
+        h->count--;
+        h->c.dropped_records++;
+    }
+    h->ring[(h->head + h->count) % h->ring_cap] = *r;
+    h->count++;
+}
+
+static int nl_send(struct npc *h, unsigned char *msg, int len)
+{
+    ((struct nlmsghdr *)msg)->nlmsg_seq = ++h->nlseq;
+    struct sockaddr_nl to = {.nl_family = AF_NETLINK};
+    return sendto(h->nl, msg, len, 0, (struct sockaddr *)&to, sizeof to) == len ? 0 : -1;
+}
+
+static void send_probe(struct npc *h, int i, int64_t now)
+{
+    unsigned char b[PROBE_LEN] = "NSPC";
+    b[4] = KIND_PROBE;
+    put_be(b + 8, ++h->seq, 8);
+    put_be(b + 16, (uint64_t)now_vm(h), 8);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(h->port),
+                             .sin_addr.s_addr = h->d[i].ip};
+    if (sendto(h->fd, b, sizeof b, MSG_DONTWAIT, (struct sockaddr *)&to, sizeof to) < 0)
+        count_errno(h, errno);
+    else
+        h->d[i].st.sent++;
+    h->d[i].next_probe = now + h->probe_ns;
+}
+
+static int find(const struct npc *h, uint32_t ip)
+{
+    for (int i = 0; i < h->n; i++)
+        if (h->d[i].ip == ip)
+            return i;
+    return -1;
+}
+
+static void on_echo(struct npc *h, int i, int64_t tx, int64_t prx, int64_t seen)
+{
+    struct dest *d = &h->d[i];
+    d->st.echoed++;
+    if (!d->synced)
+        return;
+    int64_t now = now_vm(h);
+    double owd = (double)(prx - tx) - theta(h, d->off_ns, d->drift_ppm, prx)
+                 + theta(h, h->me_off, h->me_drift, tx);
+    struct npc_rec r = {.dst = i, .owd_ns = owd, .tx_ns = tx, .wake_ns = now - seen};
+    d->st.samples++;
+    if (owd > h->gate->cfg.threshold_ns)
+        d->st.above++;
+    if (h->pace) {
+        double hold_ns;
+        int64_t until;
+        npc_gate_decide(h->gate, i, owd, tx, now, 1, &hold_ns, &until);
+        if (hold_ns > 0) {
+            if (!d->held) {
+                if (!d->hold_len) {
+                    h->c.unprepared++;
+                } else if (nl_send(h, d->hold_msg, d->hold_len) == 0) {
+                    d->held = 1;
+                    d->st.switches++;
+                } else {
+                    d->st.switch_errors++;
+                }
+            }
+            d->release_at = until;
+            r.held = 1;
+            r.react_ns = now_vm(h) - seen;
+        }
+    }
+    emit(h, &r);
+}
+
+static int64_t stamp_of(const struct npc *h, struct msghdr *m)
+{
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_TIMESTAMPING &&
+            c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
+            struct timespec ts;
+            memcpy(&ts, CMSG_DATA(c), sizeof ts);
+            if (ts.tv_sec || ts.tv_nsec)
+                return to_vm(h, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
+        }
+    }
+    return now_vm(h);
+}
+
+static void receive(struct npc *h)
+{
+    static __thread unsigned char buf[BATCH][SLOT], ctl[BATCH][CTL];
+    static __thread struct sockaddr_in from[BATCH];
+    struct mmsghdr mm[BATCH];
+    struct iovec iov[BATCH];
+    for (;;) {
+        for (int k = 0; k < BATCH; k++) {
+            iov[k] = (struct iovec){buf[k], SLOT};
+            mm[k].msg_hdr = (struct msghdr){.msg_name = &from[k], .msg_namelen = sizeof from[k],
+                                            .msg_iov = &iov[k], .msg_iovlen = 1,
+                                            .msg_control = ctl[k], .msg_controllen = CTL};
+        }
+        int got = recvmmsg(h->fd, mm, BATCH, MSG_DONTWAIT, NULL);
+        if (got <= 0) {
+            if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                h->c.recv_errors++;
+            return;
+        }
+        pthread_mutex_lock(&h->mu);
+        for (int k = 0; k < got; k++) {
+            unsigned char *p = buf[k];
+            unsigned len = mm[k].msg_len;
+            if (len < PROBE_LEN || memcmp(p, "NSPC", 4))
+                continue;
+            int64_t rx = stamp_of(h, &mm[k].msg_hdr);
+            if (len == PROBE_LEN && p[4] == KIND_PROBE) {
+                unsigned char e[ECHO_LEN];
+                memcpy(e, p, PROBE_LEN);
+                e[4] = KIND_ECHO;
+                put_be(e + 24, (uint64_t)rx, 8);
+                if (sendto(h->fd, e, sizeof e, MSG_DONTWAIT, (struct sockaddr *)&from[k],
+                           sizeof from[k]) < 0)
+                    count_errno(h, errno);
+                else
+                    h->c.echoes_tx++;
+            } else if (len == ECHO_LEN && p[4] == KIND_ECHO) {
+                int i = find(h, from[k].sin_addr.s_addr);
+                if (i >= 0)
+                    on_echo(h, i, (int64_t)get_be(p + 16, 8), (int64_t)get_be(p + 24, 8), rx);
+            }
+        }
+        pthread_mutex_unlock(&h->mu);
+        if (got < BATCH)
+            return;
+    }
+}
+
+static void drain_netlink(struct npc *h)
+{
+    unsigned char b[4096];
+    ssize_t len;
+    while ((len = recv(h->nl, b, sizeof b, MSG_DONTWAIT)) > 0) {
+        for (struct nlmsghdr *m = (struct nlmsghdr *)b; NLMSG_OK(m, (size_t)len);
+             m = NLMSG_NEXT(m, len)) {
+            if (m->nlmsg_type == NLMSG_ERROR &&
+                ((struct nlmsgerr *)NLMSG_DATA(m))->error != 0)
+                h->c.netlink_errors++;
+        }
+    }
+}
+
+/* Releases due, probes due; the next time something is due (ns, VM clock). */
+static int64_t step(struct npc *h)
+{
+    int64_t now = now_vm(h), next = now + IDLE_NS;
+    pthread_mutex_lock(&h->mu);
+    for (int i = 0; i < h->n; i++) {
+        struct dest *d = &h->d[i];
+        int kick = 0;
+        if (d->held && d->release_at <= now) {
+            if (nl_send(h, d->open_msg, d->open_len) == 0) {
+                d->held = 0;
+                d->st.switches++;
+                kick = 1;   /* a packet on the interface wakes the released queue (hold.py) */
+            } else {
+                d->st.switch_errors++;
+            }
+        }
+        if (kick || (d->active && d->next_probe <= now))
+            send_probe(h, i, now);
+        if (d->held && d->release_at < next)
+            next = d->release_at;
+        if (d->active && d->next_probe < next)
+            next = d->next_probe;
+    }
+    pthread_mutex_unlock(&h->mu);
+    return next;
+}
+
+static void *run(void *arg)
+{
+    struct npc *h = arg;
+    struct pollfd p[2] = {{.fd = h->fd, .events = POLLIN}, {.fd = h->nl, .events = POLLIN}};
+    while (!h->stop) {
+        int64_t wait = step(h) - now_vm(h);
+        if (wait < 0)
+            wait = 0;
+        struct timespec ts = {wait / 1000000000, wait % 1000000000};
+        if (ppoll(p, 2, &ts, NULL) > 0) {
+            if (p[0].revents & POLLIN)
+                receive(h);
+            if (p[1].revents & POLLIN)
+                drain_netlink(h);
+        }
+    }
+    return NULL;
+}
+
+int npc_start(struct npc *h)
+{
+    if (h->started)
+        return 0;
+    int e = pthread_create(&h->thread, NULL, run, h);
+    h->started = e == 0;
+    return -e;
+}
+
+/* Stop the thread and send every held destination's open message. */
+void npc_stop(struct npc *h)
+{
+    if (h->started) {
+        h->stop = 1;
+        pthread_join(h->thread, NULL);
+        h->started = 0;
+    }
+    for (int i = 0; i < h->n; i++)
+        if (h->d[i].held && nl_send(h, h->d[i].open_msg, h->d[i].open_len) == 0)
+            h->d[i].held = 0;
+}
+
+/* Up to ``max`` samples, oldest first, removed from the ring; how many. */
+int npc_drain(struct npc *h, struct npc_rec *out, int max)
+{
+    pthread_mutex_lock(&h->mu);
+    int k = 0;
+    for (; k < max && h->count; k++) {
+        out[k] = h->ring[h->head];
+        h->head = (h->head + 1) % h->ring_cap;
+        h->count--;
+    }
+    pthread_mutex_unlock(&h->mu);
+    return k;
+}
+
+/* Destination ``i``'s counters and its gate's (holds, held ns) now. */
+void npc_stats(struct npc *h, int i, struct npc_dstats *out, int64_t *holds, double *held_ns)
+{
+    pthread_mutex_lock(&h->mu);
+    *out = h->d[i].st;
+    npc_gate_stats(h->gate, i, holds, held_ns);
+    pthread_mutex_unlock(&h->mu);
+}
+
+void npc_counters(struct npc *h, struct npc_counters *out)
+{
+    pthread_mutex_lock(&h->mu);
+    *out = h->c;
+    pthread_mutex_unlock(&h->mu);
+}
+
+void npc_free(struct npc *h)
+{
+    if (!h)
+        return;
+    npc_stop(h);
+    close(h->nl);
+    pthread_mutex_destroy(&h->mu);
+    npc_gate_free(h->gate);
+    free(h->ring);
+    free(h->d);
+    free(h);
+}
