@@ -3,7 +3,8 @@
 What it does (Huygens, Geng et al., NSDI 2018, with kernel software timestamps):
 
 * Every ``1 / rate`` s on average (uniform jitter +-50%, so agents never lock in phase) it
-  sends a *coded pair* to each active peer: two probes back to back on one UDP socket.
+  sends a burst: a *coded pair* to each active peer (two probes back to back on one UDP
+  socket), the peers in a random order.
 * Timestamps come from the kernel (``SO_TIMESTAMPING``, see Linux
   ``Documentation/networking/timestamping.rst``): software receive stamps arrive with each
   datagram (``SCM_TIMESTAMPING`` control message), software transmit stamps on the socket's
@@ -26,9 +27,10 @@ What it does (Huygens, Geng et al., NSDI 2018, with kernel software timestamps):
   bounded buffer: when full, the oldest are dropped and counted (``records_dropped``).
 * Received datagrams are validated as ``agents.probe.ProbeFilter`` does; rejects are counted
   by reason and reported, never fatal.
-* Everything done per datagram (encoding, sending, TX stamps, validation, pairing) runs in
-  compiled code, ``agents.probeio`` (built by ``make setup``), called once per tick; this
-  module keeps the schedule, the peers, the clock and the reports.
+* Everything done per datagram (encoding, sending, TX stamps, validation, pairing) and the
+  loop of bursts and sleeps run in compiled code, ``agents.probeio`` (built by ``make
+  setup``), called once per report period; this module keeps the peers, the clock and the
+  reports.
 """
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ from dataclasses import dataclass
 from agents.clock import Clock, ClockSpec
 from agents.messages import REPORT_SCHEMA, AgentStats, Hello, Report, pack_records
 from agents.probe import length, node_id, peer_ids
-from agents.probeio import ProbeIO
+from agents.probeio import ProbeIO, Record
 
 __all__ = ["Agent", "AgentConfig", "ClockView", "Reporter"]
 
@@ -74,19 +76,21 @@ def kernel_stamp(ancdata) -> int | None:
 
 class ClockView:
     """The VM clock for the agent's hot path: ``agents.clock.Clock``'s formula and file, but
-    the file is checked by ``refresh()`` (once per loop wake-up, at most ~50 times a second)
-    instead of on every conversion: a ``stat`` per timestamp cost more than the rest of the
-    agent. Converting a stamp later is exact as long as segments are only appended
+    the file is checked by ``refresh()`` (by ``convert`` at most every ``max_age_s``) instead
+    of on every conversion: a ``stat`` per timestamp cost more than the rest of the agent.
+    Converting a stamp later is exact as long as segments are only appended
     (``ClockSpec.append``); only stamps taken after a clock change and converted before the
-    next refresh (at most one tick, 20 ms) use the previous segment. In a lab VM (``vmclock``
+    next refresh (within ``max_age_s``) use the previous segment. In a lab VM (``vmclock``
     preloaded) the system clock and the kernel's stamps already are the VM clock: ``Clock()``
     then has no path and this is the identity.
     """
 
-    def __init__(self, clock: Clock):
+    def __init__(self, clock: Clock, max_age_s: float = 0.02):
         self.path = clock.path
+        self.max_age_s = max_age_s
         self._spec: ClockSpec | None = None
         self._key: tuple[int, int] | None = None
+        self._checked = 0.0
         self.errors = 0
         self.refresh()
 
@@ -94,6 +98,7 @@ class ClockView:
         """Re-read the clock file if it changed (a failure keeps the last spec, counted)."""
         if self.path is None:
             return
+        self._checked = time.monotonic()
         try:
             st = os.stat(self.path)
             key = (st.st_ino, st.st_mtime_ns)
@@ -109,6 +114,13 @@ class ClockView:
         """CLOCK_REALTIME ns -> VM clock ns."""
         spec = self._spec
         return system_ns if spec is None else spec.to_vm_ns(system_ns)
+
+    def convert(self, system_ns: int) -> int:
+        """``to_vm_ns`` after a ``refresh`` when the last one is older than ``max_age_s``
+        (the compiled loop's conversion: it runs a report period between Python's passes)."""
+        if time.monotonic() - self._checked > self.max_age_s:
+            self.refresh()
+        return self.to_vm_ns(system_ns)
 
     def now_ns(self) -> int:
         """Current VM time, ns."""
@@ -178,7 +190,7 @@ class Agent:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, TS_FLAGS)
-            # the loop drains the socket once per tick: room for bursts (capped by rmem_max)
+            # the loop drains the socket once per burst: room for bursts (capped by rmem_max)
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
             self.sock.bind((cfg.bind, cfg.port))
             self.sock.setblocking(False)
@@ -188,15 +200,16 @@ class Agent:
             self.io = ProbeIO(self.sock, node_id(cfg.name),
                               [(i, ip) for i, (_, ip) in ids.items()], cfg.port, self.size,
                               cfg.key, self.started_ns // 1000, self.rng.getrandbits(32),
-                              self.clock.to_vm_ns if self.clock.path else None)
+                              cfg.rate, self.rng.getrandbits(64),
+                              self.clock.convert if self.clock.path else None)
         except BaseException:
             self.sock.close()
             raise
         self.last_rx: dict[str, float] = {}
-        self.next_send: dict[str, float] = {}
         self.chosen: list[str] = []
         self.next_redraw = 0.0
         self.records: deque = deque(maxlen=cfg.max_records)
+        self.collected_ns = self.started_ns  # every record emitted before it is in records
         self.counters: Counter[str] = Counter()
         self.reporter = Reporter(self)
 
@@ -216,21 +229,6 @@ class Agent:
         horizon = now - 2 * self.cfg.window_s
         return set(self.chosen) | {p for p, t in self.last_rx.items() if t >= horizon}
 
-    # ---- sending and receiving (agents.probeio) -----------------------------------------
-    def _interval(self) -> float:
-        return self.rng.uniform(0.5, 1.5) / self.cfg.rate
-
-    def _io(self, due: list[str], now: float) -> None:
-        """Drain both queues, keep the finished records, send a pair to each peer in ``due``."""
-        names = self.names
-        records, heard = self.io.tick([self.index[p] for p in due])
-        for k in heard:
-            self.last_rx[names[k]] = now
-        full = len(self.records) + len(records) - self.records.maxlen
-        if full > 0:
-            self.counters["records_dropped"] += full
-        self.records.extend((names[k], pid, i, tx, rx) for k, pid, i, _, tx, rx in records)
-
     # ---- main loop ---------------------------------------------------------------------
     def stats(self) -> AgentStats:
         """Counters for the coordinator (a snapshot; see API.md)."""
@@ -243,53 +241,53 @@ class Agent:
             tx_stamps_missing=io.tx_stamps_missing, loop_errors=c["loop_errors"],
             peers_active=sorted(self.active_peers(time.monotonic())))
 
-    def _step(self, start: float) -> float:
-        """One loop pass: drain both queues, send the pairs that are due; returns the
-        monotonic time of the next send."""
+    def _step(self) -> None:
+        """One pass: the active peers to the compiled loop, which probes for one report
+        period; then its records into the buffer, the peers it heard, and the reporter
+        woken."""
         self.clock.refresh()
-        now = start
+        now = time.monotonic()
         if now >= self.next_redraw:
             self._redraw(now)
-        active = self.active_peers(now)
-        for p in list(self.next_send):
-            if p not in active:
-                del self.next_send[p]
-        for p in active:
-            if p not in self.next_send:
-                self.next_send[p] = now + self.rng.uniform(0, 1 / self.cfg.rate)
-        due = [p for p, t in self.next_send.items() if t <= now]
-        self._io(due, now)
-        for p in due:
-            self.next_send[p] = max(self.next_send[p] + self._interval(), now)
-        return min(self.next_send.values(), default=now + 0.1)
+        names, index = self.names, self.index
+        self.io.active(sorted(index[p] for p in self.active_peers(now)))
+        data, heard = self.io.run(self.cfg.report_s)
+        t_ns = self.clock.now_ns()
+        now = time.monotonic()
+        for k in heard:
+            self.last_rx[names[k]] = now
+        full = len(self.records) + len(data) // Record.size - self.records.maxlen
+        if full > 0:
+            self.counters["records_dropped"] += full
+        self.records.extend((names[k], pid, i, tx, rx)
+                            for k, pid, i, _, tx, rx in Record.iter_unpack(data))
+        self.collected_ns = t_ns
+        self.reporter.due.set()
 
     def run(self, stop: threading.Event) -> None:
         """Probe, receive and report until ``stop`` is set; closes the socket on return.
 
-        The loop wakes at the next scheduled send, but at most once per tick (20 ms, or the
-        pair interval if shorter), and then drains the error queue and the receive queue:
-        the kernel stamped every datagram on arrival, so reading it later changes no
-        timestamp, and batching saves most of the per-packet wake-ups (measured: CPU down
-        from 5% to 3% of a core at 4 peers x 20 pairs/s). Pairs due in one tick go out
-        together, each still as two back-to-back datagrams.
+        The compiled loop (``agents.probeio.ProbeIO.run``) sleeps until the next burst and
+        then drains the error queue and the receive queue: the kernel stamped every datagram
+        on arrival, so reading it later changes no timestamp. It returns once per report
+        period (or at a signal); each return wakes the reporter. One wake-up per burst
+        instead of per peer's pair, and Python once per report instead of once per 20 ms
+        tick, took the agent from 2.1 % to 0.8 % of a core at 7 peers x 20 pairs/s
+        (``benchmarks/agent_cost.py``).
         """
         self.reporter.start()
-        tick = min(0.02, 1.0 / self.cfg.rate)
         try:
             while not stop.is_set():
-                start = time.monotonic()
                 try:
-                    wake = self._step(start)
+                    self._step()
                 except Exception:  # noqa: BLE001 - a bug must not take the VM's agent down
                     log.exception("agent loop failed; continuing")
                     self.counters["loop_errors"] += 1
-                    wake = start + 0.1
-                end = time.monotonic()
-                # sleep, not stop.wait(): a signal handler that sets ``stop`` while this
-                # thread holds the event's lock inside wait() would deadlock
-                time.sleep(min(max(wake - end, tick - (end - start), 0.0), 0.1))
+                    # sleep, not stop.wait(): a signal handler that sets ``stop`` while this
+                    # thread holds the event's lock inside wait() would deadlock
+                    time.sleep(0.1)
         finally:
-            self.reporter.stop.set()
+            self.reporter.close()
             self.reporter.join(timeout=2.0)
             if not self.reporter.is_alive():  # it reads the C side's counters
                 self.io.close()
@@ -306,9 +304,10 @@ class Agent:
 class Reporter(threading.Thread):
     """Sends an agent's records and counters to the coordinator as JSON lines.
 
-    One ``hello`` per connection, then a ``report`` every ``report_s`` (at most ``batch``
-    records per line). Reconnects with exponential backoff; records of a failed send are lost
-    and counted (``records_unsent``): TCP cannot tell what the dead peer received.
+    One ``hello`` per connection, then a ``report`` each time the agent's loop collected
+    records (``due``; once per ``report_s``), at most ``batch`` records per line. Reconnects
+    with exponential backoff; records of a failed send are lost and counted
+    (``records_unsent``): TCP cannot tell what the dead peer received.
     """
 
     def __init__(self, agent: Agent, batch: int = 5000):
@@ -316,15 +315,17 @@ class Reporter(threading.Thread):
         self.agent = agent
         self.batch = batch
         self.stop = threading.Event()
+        self.due = threading.Event()
         self.connected = False
         self.connects = 0
 
     def _report(self, sock: socket.socket) -> None:
         """Send every buffered record, ``batch`` per line; the last line carries ``t_ns``
-        (read before the buffer was emptied, so every record emitted before ``t_ns`` is in
-        this report or an earlier one) and the counters."""
+        (when the agent's loop last collected records, read before the buffer was emptied: so
+        every record emitted before ``t_ns`` is in this report or an earlier one) and the
+        counters."""
         a = self.agent
-        t_ns = a.clock.now_ns()
+        t_ns = a.collected_ns
         lines = []
         while True:
             rows: dict[str, list] = {}
@@ -350,6 +351,17 @@ class Reporter(threading.Thread):
                 a.counters["records_unsent"] += n
                 raise
 
+    def _wait(self) -> bool:
+        """Until the agent's loop has collected records (True) or ``close`` (False)."""
+        self.due.wait()
+        self.due.clear()
+        return not self.stop.is_set()
+
+    def close(self) -> None:
+        """Stop after a last report."""
+        self.stop.set()
+        self.due.set()
+
     def run(self) -> None:
         host, port = self.agent.cfg.coordinator
         backoff = 0.2
@@ -368,7 +380,7 @@ class Reporter(threading.Thread):
             try:
                 sock.settimeout(2.0)
                 sock.sendall(self.agent.hello().model_dump_json().encode() + b"\n")
-                while not self.stop.wait(self.agent.cfg.report_s):
+                while self._wait():
                     # the coordinator never writes: readable means closed (or reset)
                     if select.select([sock], [], [], 0)[0] and sock.recv(4096) == b"":
                         raise ConnectionResetError("coordinator closed the connection")

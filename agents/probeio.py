@@ -8,9 +8,11 @@ Python, not the kernel: the same system calls without any logic cost 1.7-2.7 % f
 (``benchmarks/agent_cost.py``); batching the system calls alone left the agent at 2.1-3.1 %.
 So everything done per datagram is in C: encoding (and the HMAC tag), sending, matching TX
 stamps from the error queue, validating received probes (``agents.probe.ProbeFilter``'s
-checks, in its order), pairing them with their follow-ups; Python, once per tick, says which
-peers are due and gets back the finished records. Schedule, peers, clock, reports and the
-counters' meaning stay in ``agents.agent``.
+checks, in its order), pairing them with their follow-ups. The loop is in C too (``run``):
+it sleeps to the next burst of pairs (one wake-up per burst, ``rate`` a second, each burst a
+pair to every active peer) and returns to Python once per report period with the finished
+records; a Python pass per 20 ms tick cost more than the datagrams' system calls. Peers,
+clock, reports and the counters' meaning stay in ``agents.agent``.
 
 Stamps: the C side turns kernel stamps into the VM clock with ``convert`` (here: a ctypes
 callback into ``agents.clock``'s formula), or takes them as they are when ``convert`` is None,
@@ -33,8 +35,7 @@ __all__ = ["LIBRARY", "ProbeIO", "ProbeIOError", "Record", "load"]
 NATIVE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native")
 LIBRARY = os.path.join(NATIVE_DIR, "libnslabprobeio.so")
 SOURCE = os.path.join(NATIVE_DIR, "probeio.c")
-BATCH = 64          # pairs sent per call (probeio.c's BATCH)
-RECORDS = 512       # records per call (at least 2 x BATCH more than a batch needs)
+RECORDS = 8192      # records per ``run`` call (it returns early when fewer than 128 are left)
 MAX_ERRNO = 256
 Record = struct.Struct("=iIiiqq")
 """``struct nsp_record``: peer index, pair_id, idx, (pad), tx_ns, rx_ns."""
@@ -81,16 +82,19 @@ def load() -> ctypes.CDLL:
     lib.nsp_new.restype = ctypes.c_void_p
     lib.nsp_new.argtypes = [ctypes.c_int, ctypes.c_uint32, ctypes.c_int, _u32p, _u32p,
                             ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
-                            ctypes.c_uint64, ctypes.c_uint32, _CONV]
+                            ctypes.c_uint64, ctypes.c_uint32, ctypes.c_double,
+                            ctypes.c_uint64, _CONV]
     lib.nsp_free.argtypes = [ctypes.c_void_p]
     lib.nsp_free.restype = None
     lib.nsp_counters.argtypes = [ctypes.c_void_p]
     lib.nsp_counters.restype = ctypes.POINTER(Counters)
     lib.nsp_check.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32]
     lib.nsp_check.restype = ctypes.c_int
-    lib.nsp_tick.argtypes = [ctypes.c_void_p, _intp, ctypes.c_int, ctypes.c_void_p,
-                             ctypes.c_int, _intp, _intp, _intp]
-    lib.nsp_tick.restype = ctypes.c_int
+    lib.nsp_active.argtypes = [ctypes.c_void_p, _intp, ctypes.c_int]
+    lib.nsp_active.restype = ctypes.c_int
+    lib.nsp_run.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int,
+                            _intp, _intp]
+    lib.nsp_run.restype = ctypes.c_int
     _lib = lib
     return lib
 
@@ -112,15 +116,17 @@ class ProbeIO:
         size: probe datagram size, bytes (56..1472; with a key, the last 16 are the tag).
         key: HMAC key or None.
         seq: first probe sequence; pair_seq: first pair id.
+        rate: bursts per second (pairs/s to each active peer); seed: the bursts' jitter and
+            order (64 bits).
         convert: CLOCK_REALTIME ns -> VM clock ns, or None for the identity.
 
     Raises:
-        ProbeIOError: see ``load``; ValueError: bad size or key (longer than 256 bytes).
+        ProbeIOError: see ``load``; ValueError: bad size, key (longer than 256 bytes) or rate.
     """
 
     def __init__(self, sock: socket.socket, me: int, peers: list[tuple[int, str]], port: int,
-                 size: int, key: bytes | None, seq: int, pair_seq: int,
-                 convert: Callable[[int], int] | None):
+                 size: int, key: bytes | None, seq: int, pair_seq: int, rate: float,
+                 seed: int, convert: Callable[[int], int] | None):
         self.lib = load()
         n = len(peers)
         ids = (ctypes.c_uint32 * max(n, 1))(*(i for i, _ in peers))
@@ -128,38 +134,34 @@ class ProbeIO:
         self._conv = _CONV(convert) if convert is not None else _CONV()  # kept alive here
         key = key or b""
         self.h = self.lib.nsp_new(sock.fileno(), me, n, ids, ips, port, size, key, len(key),
-                                  seq, pair_seq, self._conv)
+                                  seq, pair_seq, rate, seed, self._conv)
         if not self.h:
-            raise ValueError(f"probe size {size} outside 56..1472 or key over 256 bytes")
+            raise ValueError(f"probe size {size} outside 56..1472, key over 256 bytes or "
+                             f"rate {rate} not > 0")
         self.counters = self.lib.nsp_counters(self.h).contents
-        self._due = (ctypes.c_int * BATCH)()
         self._rec = ctypes.create_string_buffer(RECORDS * Record.size)
-        self._rx_peers = (ctypes.c_int * max(n, 1))()
-        self._nrx, self._more = ctypes.c_int(), ctypes.c_int()
+        self._peers = (ctypes.c_int * max(n, 1))()
+        self._nrx = ctypes.c_int()
 
-    def tick(self, due: list[int]) -> tuple[list[tuple], list[int]]:
-        """Drain both queues and send a pair to each peer index in ``due``; returns the
-        finished records ``(peer, pair_id, idx, tx_ns, rx_ns)`` (tx on the sender's VM clock,
-        rx on this VM's) and the peers that sent a valid probe."""
-        lib, h = self.lib, self.h
-        records: list[tuple] = []
-        heard: list[int] = []
-        first = due[:BATCH]
-        for k, p in enumerate(first):
-            self._due[k] = p
-        while True:
-            n = lib.nsp_tick(h, self._due, len(first), self._rec, RECORDS, self._rx_peers,
-                             ctypes.byref(self._nrx), ctypes.byref(self._more))
-            records += Record.iter_unpack(ctypes.string_at(self._rec, n * Record.size))
-            heard += self._rx_peers[:self._nrx.value]
-            first = []
-            if not self._more.value:
-                break
-        if len(due) > BATCH:
-            more, heard_more = self.tick(due[BATCH:])
-            records += more
-            heard += heard_more
-        return records, heard
+    def active(self, peers: list[int]) -> None:
+        """The peers (indices) that get a pair in every burst from now on.
+
+        Raises:
+            ValueError: an index out of range or repeated."""
+        for k, p in enumerate(peers):
+            self._peers[k] = p
+        if self.lib.nsp_active(self.h, self._peers, len(peers)) < 0:
+            raise ValueError(f"bad peer indices {peers}")
+
+    def run(self, seconds: float) -> tuple[bytes, list[int]]:
+        """Probe for ``seconds`` (0: one wake-up's work): drain both queues at every wake-up,
+        send the bursts that fall due, sleep in between (the GIL released). Returns early
+        when the record buffer is nearly full or a signal arrived. Returns the finished
+        records, ``Record`` each (``(peer, pair_id, idx, pad, tx_ns, rx_ns)``: tx on the
+        sender's VM clock, rx on this VM's), and the peers that sent a valid probe."""
+        n = self.lib.nsp_run(self.h, int(seconds * 1e9), self._rec, RECORDS, self._peers,
+                             ctypes.byref(self._nrx))
+        return ctypes.string_at(self._rec, n * Record.size), self._peers[:self._nrx.value]
 
     def check(self, data: bytes, ip: str) -> int:
         """Validate one datagram as the receive path does: the sender's peer index, or -1
@@ -172,8 +174,10 @@ class ProbeIO:
 
     def send_errors(self) -> dict[str, int]:
         """Failed sends by errno name, non-zero ones."""
-        return {errno.errorcode.get(e, str(e)): n
-                for e, n in enumerate(self.counters.send_errors) if n}
+        counts = memoryview(self.counters.send_errors).cast("B").cast("q")  # no ctypes ints
+        if not any(counts):
+            return {}
+        return {errno.errorcode.get(e, str(e)): n for e, n in enumerate(counts) if n}
 
     def close(self) -> None:
         """Free the C side (the socket is the caller's); ``counters`` keep their last values."""

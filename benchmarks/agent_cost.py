@@ -2,17 +2,21 @@
 side by side in one run: N agent processes and a coordinator on loopback (no lab, no root:
 127.77.0.x addresses, real sockets and kernel timestamps), CPU read from /proc after a warm-up.
 
-    .venv/bin/python benchmarks/agent_cost.py [--before 6c96ee9] [--vms 8] [--rate 20]
+    .venv/bin/python benchmarks/agent_cost.py [--before 3cb2827] [--vms 8] [--rate 20]
                                               [--seconds 20] [--rounds 3]
 
-This tree's agent has its datagram path compiled (``agents/probeio.py``; ``make setup``
-builds it); ``--before 6c96ee9`` runs the last agent that did it in Python beside it.
+This tree's agent has its datagram path and its loop compiled (``agents/probeio.py``; ``make
+setup`` builds it): one wake-up per burst of pairs, Python once per report. ``--before
+3cb2827`` runs the agent that called C once per 20 ms tick from Python beside it (built from
+its own tree), ``--before 6c96ee9`` the last one that did everything in Python.
 
 Three floors run beside them, each an agent's sends and queue reads (same socket options,
-rate, peers and 20 ms tick) without any of its logic: "floor: Python" (``floor_node``, a
-system call per datagram from Python), "floor: C" (``agent_floor.c``, the same calls from C)
-and "floor: C, batched" (one recvmmsg per queue and one sendmmsg per tick). They bound what
-a rewrite could reach: Python cannot go below its floor, a compiled agent not below C's.
+rate and peers) without any of its logic: "floor: Python" (``floor_node``, a system call per
+datagram from Python every 20 ms tick, as the Python agent), "floor: C, 20 ms ticks"
+(``agent_floor.c``: one recvmmsg per queue and one sendmmsg per tick, as 3cb2827's agent) and
+"floor: C, bursts" (the same calls once per burst, ``rate`` wake-ups a second, as this tree's
+agent). They bound what a rewrite could reach with that schedule: Python cannot go below its
+floor, a compiled agent not below C's.
 
 Each round runs the variants at the same time (each its own addresses and ports: the same
 machine state for both); printed per variant: median over rounds of the agents' median CPU
@@ -47,17 +51,21 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def checkout(ref: str, into: str) -> str:
-    """``ref``'s tree (git archive) unpacked under ``into``; returns its path."""
+    """``ref``'s tree (git archive) unpacked under ``into``, its compiled datagram path built
+    when it has one (``agents/native``); returns its path."""
     data = subprocess.run(["git", "-C", str(REPO), "archive", ref], check=True,
                           capture_output=True).stdout
     path = os.path.join(into, "before")
     with tarfile.open(fileobj=BytesIO(data)) as tar:
         tar.extractall(path, filter="data")
+    native = os.path.join(path, "agents", "native")
+    if os.path.exists(os.path.join(native, "Makefile")):
+        subprocess.run(["make", "-s", "-C", native], check=True)
     return path
 
 
 FLOOR = "floor: Python"
-C_FLOOR = {"floor: C": "0", "floor: C, batched": "1"}
+C_FLOOR = {"floor: C, 20 ms ticks": "0", "floor: C, bursts": "1"}
 
 
 def compile_floor(into: str) -> dict[str, str]:

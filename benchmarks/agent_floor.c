@@ -1,12 +1,14 @@
 /* agent_floor: an agent's datagram I/O without its logic, compiled (benchmarks/agent_cost.py).
  *
- *   agent_floor ME PEER1,PEER2,.. PORT RATE SECONDS BATCH
+ *   agent_floor ME PEER1,PEER2,.. PORT RATE SECONDS MODE
  *
- * Every tick (20 ms): drain the error queue and the receive queue, then send the coded pairs
- * due to each peer (two 56-byte datagrams, RATE pairs/s on average, +-50 % jitter), with the
- * agent's SO_TIMESTAMPING flags. BATCH 0: a recvmsg/sendto per datagram, as agents/agent.py;
- * BATCH 1: one recvmmsg per queue and one sendmmsg per tick. Nothing is parsed: the CPU left
- * is what the kernel and the system calls cost, the floor of any agent at this rate.
+ * At every wake-up: drain the error queue and the receive queue with one recvmmsg each, then
+ * send the coded pairs due (two 56-byte datagrams each, RATE pairs/s per peer on average,
+ * +-50 % jitter) with one sendmmsg, with the agent's SO_TIMESTAMPING flags. MODE 0: a wake-up
+ * every 20 ms, each peer on its own schedule (the agent of 3cb2827); MODE 1: a wake-up per
+ * burst, RATE a second, a pair to every peer in each (agents/native/probeio.c's loop).
+ * Nothing is parsed: the CPU left is what the kernel and the system calls cost, the floor of
+ * any agent with that schedule at this rate.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -18,7 +20,7 @@
 #include <time.h>
 
 #define SLOTS 64
-#define MAX_PEERS 64
+#define MAX_PEERS 32
 
 static double mono(void)
 {
@@ -32,38 +34,27 @@ static struct sockaddr_in from[SLOTS];
 static struct mmsghdr msgs[SLOTS];
 static struct iovec iov[SLOTS];
 
-static void drain(int fd, int flags, int batch)
+static void drain(int fd, int flags)
 {
-    for (;;) {
-        int n;
-        if (batch) {
-            for (int i = 0; i < SLOTS; i++) {
-                iov[i] = (struct iovec){buf[i], sizeof buf[i]};
-                msgs[i].msg_hdr = (struct msghdr){.msg_name = &from[i],
-                    .msg_namelen = sizeof from[i], .msg_iov = &iov[i], .msg_iovlen = 1,
-                    .msg_control = ctl[i], .msg_controllen = sizeof ctl[i]};
-            }
-            n = recvmmsg(fd, msgs, SLOTS, flags | MSG_DONTWAIT, NULL);
-            if (n < SLOTS)
-                return;
-        } else {
-            struct iovec v = {buf[0], sizeof buf[0]};
-            struct msghdr h = {.msg_name = &from[0], .msg_namelen = sizeof from[0],
-                               .msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl[0],
-                               .msg_controllen = sizeof ctl[0]};
-            if (recvmsg(fd, &h, flags | MSG_DONTWAIT) < 0)
-                return;
+    int n;
+    do {
+        for (int i = 0; i < SLOTS; i++) {
+            iov[i] = (struct iovec){buf[i], sizeof buf[i]};
+            msgs[i].msg_hdr = (struct msghdr){.msg_name = &from[i],
+                .msg_namelen = sizeof from[i], .msg_iov = &iov[i], .msg_iovlen = 1,
+                .msg_control = ctl[i], .msg_controllen = sizeof ctl[i]};
         }
-    }
+        n = recvmmsg(fd, msgs, SLOTS, flags | MSG_DONTWAIT, NULL);
+    } while (n == SLOTS);
 }
 
 int main(int argc, char **argv)
 {
     if (argc != 7) {
-        fprintf(stderr, "usage: %s ME PEERS PORT RATE SECONDS BATCH\n", argv[0]);
+        fprintf(stderr, "usage: %s ME PEERS PORT RATE SECONDS MODE\n", argv[0]);
         return 2;
     }
-    int port = atoi(argv[3]), batch = atoi(argv[6]);
+    int port = atoi(argv[3]), bursts = atoi(argv[6]) == 1;
     double rate = atof(argv[4]), end = mono() + atof(argv[5]);
     int fd = socket(AF_INET, SOCK_DGRAM, 0);
     int ts = SOF_TIMESTAMPING_TX_SOFTWARE | SOF_TIMESTAMPING_RX_SOFTWARE |
@@ -84,31 +75,29 @@ int main(int argc, char **argv)
     }
     static char pkt[56];
     srand48(port ^ me.sin_addr.s_addr);
+    double burst = 0.0;
     while (mono() < end) {
         double now = mono();
-        drain(fd, MSG_ERRQUEUE, batch);
-        drain(fd, 0, batch);
+        drain(fd, MSG_ERRQUEUE);
+        drain(fd, 0);
         int k = 0;
         for (int p = 0; p < np; p++) {
-            if (due[p] > now)
+            if ((bursts ? burst : due[p]) > now)
                 continue;
-            for (int j = 0; j < 2; j++) {
-                if (!batch) {
-                    sendto(fd, pkt, sizeof pkt, 0, (void *)&peer[p], sizeof peer[p]);
-                } else if (k < SLOTS) {
-                    iov[k] = (struct iovec){pkt, sizeof pkt};
-                    msgs[k].msg_hdr = (struct msghdr){.msg_name = &peer[p],
-                        .msg_namelen = sizeof peer[p], .msg_iov = &iov[k], .msg_iovlen = 1};
-                    k++;
-                }
+            for (int j = 0; j < 2; j++, k++) {
+                iov[k] = (struct iovec){pkt, sizeof pkt};
+                msgs[k].msg_hdr = (struct msghdr){.msg_name = &peer[p],
+                    .msg_namelen = sizeof peer[p], .msg_iov = &iov[k], .msg_iovlen = 1};
             }
             due[p] += (0.5 + drand48()) / rate;
         }
         if (k)
             sendmmsg(fd, msgs, k, 0);
-        double rest = 0.02 - (mono() - now);
+        if (bursts && burst <= now)
+            burst = (burst ? burst : now) + (0.5 + drand48()) / rate;
+        double rest = bursts ? burst - mono() : 0.02 - (mono() - now);
         if (rest > 0) {
-            struct timespec d = {0, (long)(rest * 1e9)};
+            struct timespec d = {(time_t)rest, (long)((rest - (time_t)rest) * 1e9)};
             nanosleep(&d, NULL);
         }
     }

@@ -1,7 +1,8 @@
-/* libnslabprobeio.so: the agent's datagram path, compiled (agents/probeio.py loads it with
- * ctypes; agents/agent.py keeps the schedule, the peers, the clock and the reports).
+/* libnslabprobeio.so: the agent's datagram path and its loop, compiled (agents/probeio.py loads
+ * it with ctypes; agents/agent.py keeps the peers, the clock and the reports).
  *
- * Once per tick the agent calls nsp_tick, which
+ * The agent calls nsp_run once per report period; it loops, sleeping until the next burst on
+ * CLOCK_MONOTONIC (an absolute deadline), and at every wake-up
  *   1. drains the socket's error queue with recvmmsg (MSG_ERRQUEUE): the kernel's software TX
  *      stamp of each probe sent, matched to the probe by its seq;
  *   2. drains the receive queue with recvmmsg: validates each probe in the order of
@@ -9,17 +10,25 @@
  *      source address, destination, replay window: RFC 4303 3.4.3 with a bitmap, RFC 6479),
  *      keeps the RX stamps of the last 64 pairs per sender and, when a follow-up arrives,
  *      emits one record (peer, pair_id, idx, tx_ns, rx_ns) per probe of the pair it names;
- *   3. sends a coded pair to each peer due (two back-to-back probes, the follow-up of the
- *      previous pair to that peer in both) with one sendmmsg.
+ *   3. when a burst is due, sends a coded pair to every active peer (two back-to-back probes,
+ *      the follow-up of the previous pair to that peer in both; peers in a random order) with
+ *      sendmmsg. Bursts are 1/rate apart on average (uniform jitter +-50 %, so agents never
+ *      lock in phase): each active peer gets ``rate`` pairs/s, and the agent wakes ``rate``
+ *      times a second, not once per pair.
+ * Sending all pairs of a burst together leaves each pair's two probes back to back; a peer's
+ * pair may queue behind the burst's earlier pairs, but its place is random, so the lower
+ * envelopes the coordinator fits (the least-delayed probes) see bursts where it was first.
  * The probe layout is agents/PROBE.md (version 1, big-endian); with a key every probe carries
  * HMAC-SHA256(key, bytes before the tag) truncated to 16 bytes (RFC 2104, RFC 4868; OpenSSL's
  * libcrypto).
  *
  * Stamps: the kernel's are CLOCK_REALTIME as this process sees them (with the lab's vmclock
- * preload, which wraps recvmmsg and clock_gettime, they already are the VM clock). ``conv``
- * turns such a stamp into the VM clock (agents.clock's formula, called back into Python) or,
- * when NULL, is the identity: every stamp a probe or a record carries is on the VM clock.
- * Sources: Linux recvmmsg(2), sendmmsg(2), Documentation/networking/timestamping.rst.
+ * preload, which wraps recvmmsg, clock_gettime and clock_nanosleep, they already are the VM
+ * clock). ``conv`` turns such a stamp into the VM clock (agents.clock's formula, called back
+ * into Python) or, when NULL, is the identity: every stamp a probe or a record carries is on
+ * the VM clock.
+ * Sources: Linux recvmmsg(2), sendmmsg(2), clock_nanosleep(2),
+ * Documentation/networking/timestamping.rst.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -88,7 +97,7 @@ struct peer {
     uint64_t highest, window[WINDOW / 64];
     struct pair inflight[INFLIGHT + 1];
     uint64_t orders;
-    int64_t rx_tick;
+    int64_t rx_run;
 };
 
 struct pend {
@@ -105,7 +114,12 @@ struct nsp {
     int keylen;
     uint64_t seq;
     uint32_t pair_seq;
-    int64_t tick;
+    int64_t run;            /* nsp_run calls, for the peers heard in each */
+    double rate;            /* bursts per second */
+    uint64_t rng;           /* xorshift64* state */
+    int64_t next_burst;     /* CLOCK_MONOTONIC ns (0: at the first wake-up) */
+    int nactive;
+    int *active, *order;    /* active peers (indices); a burst's order */
     conv_fn conv;
     struct peer *peers;
     struct pend pending[PENDING];
@@ -118,6 +132,23 @@ static int64_t realtime_ns(void)
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static int64_t monotonic_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* xorshift64* (Vigna, "An experimental exploration of Marsaglia's xorshift generators"):
+ * uniform in [0, 1) */
+static double uniform(struct nsp *h)
+{
+    h->rng ^= h->rng >> 12;
+    h->rng ^= h->rng << 25;
+    h->rng ^= h->rng >> 27;
+    return (h->rng * 0x2545F4914F6CDD1DULL >> 11) * 0x1p-53;
 }
 
 static int64_t to_vm(struct nsp *h, int64_t ns) { return h->conv ? h->conv(ns) : ns; }
@@ -158,42 +189,50 @@ static void tag(struct nsp *h, const unsigned char *data, size_t n, unsigned cha
     memcpy(out, md, TAG);
 }
 
+void nsp_free(struct nsp *h)
+{
+    if (h) {
+        free(h->peers);
+        free(h->active);
+        free(h->order);
+        free(h);
+    }
+}
+
 /* A new agent: ``fd`` a bound, non-blocking UDP socket with SO_TIMESTAMPING set; ``me`` this
  * VM's probe id; peer k has probe id ``ids[k]`` and address ``ips[k]`` (network order), all on
  * ``port``; probes are ``size`` bytes; ``key`` (``keylen`` 0: none) the HMAC key; ``seq`` and
- * ``pair_seq`` the first probe sequence and pair id; ``conv`` NULL or the VM clock. NULL when
- * out of memory, ``size`` is not 56..1472 or the key is longer than 256 bytes. */
+ * ``pair_seq`` the first probe sequence and pair id; ``rate`` bursts per second; ``seed`` the
+ * burst jitter's and order's random seed; ``conv`` NULL or the VM clock. No peer is active
+ * (nsp_active). NULL when out of memory, ``size`` is not 56..1472, the key is longer than 256
+ * bytes or ``rate`` is not > 0. */
 struct nsp *nsp_new(int fd, uint32_t me, int npeers, const uint32_t *ids, const uint32_t *ips,
                     int port, int size, const unsigned char *key, int keylen, uint64_t seq,
-                    uint32_t pair_seq, conv_fn conv)
+                    uint32_t pair_seq, double rate, uint64_t seed, conv_fn conv)
 {
-    if (keylen < 0 || keylen > 256 || size < HDR || size > 1472)
+    if (keylen < 0 || keylen > 256 || size < HDR || size > 1472 || !(rate > 0))
         return NULL;
     struct nsp *h = calloc(1, sizeof *h);
     if (!h)
         return NULL;
-    h->peers = calloc(npeers ? npeers : 1, sizeof *h->peers);
-    if (!h->peers) {
-        free(h);
+    int n = npeers ? npeers : 1;
+    h->peers = calloc(n, sizeof *h->peers);
+    h->active = calloc(n, sizeof *h->active);
+    h->order = calloc(n, sizeof *h->order);
+    if (!h->peers || !h->active || !h->order) {
+        nsp_free(h);
         return NULL;
     }
     h->fd = fd, h->me = me, h->npeers = npeers, h->port = port, h->size = size;
     memcpy(h->key, key, keylen);
     h->keylen = keylen, h->seq = seq, h->pair_seq = pair_seq, h->conv = conv;
+    h->rate = rate, h->rng = seed | 1;
     for (int k = 0; k < npeers; k++) {
         h->peers[k].id = ids[k];
         h->peers[k].ip = ips[k];
-        h->peers[k].rx_tick = -1;
+        h->peers[k].rx_run = -1;
     }
     return h;
-}
-
-void nsp_free(struct nsp *h)
-{
-    if (h) {
-        free(h->peers);
-        free(h);
-    }
 }
 
 const struct nsp_counters *nsp_counters(const struct nsp *h) { return &h->c; }
@@ -349,8 +388,8 @@ static int take(struct nsp *h, int k, const unsigned char *d, int64_t stamp,
         h->c.rx_user_stamps++;
         rx = to_vm(h, realtime_ns());
     }
-    if (p->rx_tick != h->tick) {
-        p->rx_tick = h->tick;
+    if (p->rx_run != h->run) {
+        p->rx_run = h->run;
         rx_peers[(*nrx)++] = k;
     }
     struct pair *e = pair_get(p, get_be(d + 20, 4), 1);
@@ -451,27 +490,19 @@ static void send_pairs(struct nsp *h, const int *due, int ndue)
     }
 }
 
-/* One tick: drain the error queue, drain the receive queue into ``rec`` (room for ``nrec``
- * records; stops reading when fewer than 2 x 64 are left: the caller calls again with
- * ``ndue`` 0 while the return value is >= 0 and ``*more`` is set), then send a pair to each
- * of the ``ndue`` peers in ``due`` (at most 64; indices into the peer table). ``rx_peers``
- * gets the peers that sent a valid probe in this tick (``*nrx`` of them). Returns the number
- * of records. */
-int nsp_tick(struct nsp *h, const int *due, int ndue, struct nsp_record *rec, int nrec,
-             int *rx_peers, int *nrx, int *more)
+/* Drain the receive queue into ``rec`` from ``out`` on (room for ``nrec`` records in all);
+ * stops reading when fewer than 2 x 64 are left, setting ``*full``. Returns the records'
+ * new count. */
+static int drain_rx(struct nsp *h, struct nsp_record *rec, int out, int nrec, int *rx_peers,
+                    int *nrx, int *full)
 {
     struct sockaddr_in from[BATCH];
     struct mmsghdr m[BATCH];
     struct iovec v[BATCH];
-    int out = 0;
-    h->tick++;
-    *nrx = 0;
-    *more = 0;
-    drain_errqueue(h);
     for (;;) {
         if (nrec - out < 2 * BATCH) {
-            *more = 1;
-            break;
+            *full = 1;
+            return out;
         }
         for (int i = 0; i < BATCH; i++) {
             v[i] = (struct iovec){h->rx[i], SLOT};
@@ -483,7 +514,7 @@ int nsp_tick(struct nsp *h, const int *due, int ndue, struct nsp_record *rec, in
         if (n < 0) {
             if (errno != EAGAIN && errno != EINTR)
                 h->c.recv_errors++;
-            break;
+            return out;
         }
         for (int i = 0; i < n; i++) {
             int len = m[i].msg_len > SLOT ? SLOT : (int)m[i].msg_len;
@@ -492,9 +523,70 @@ int nsp_tick(struct nsp *h, const int *due, int ndue, struct nsp_record *rec, in
                 out = take(h, k, h->rx[i], stamp_of(&m[i].msg_hdr), rec, out, rx_peers, nrx);
         }
         if (n < BATCH)
-            break;
+            return out;
     }
-    if (ndue > 0)
-        send_pairs(h, due, ndue);
-    return out;
+}
+
+/* A pair to every active peer, in a random order (Fisher-Yates), 64 pairs per sendmmsg. */
+static void burst(struct nsp *h)
+{
+    int n = h->nactive;
+    memcpy(h->order, h->active, n * sizeof *h->order);
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)(uniform(h) * (i + 1)), t = h->order[i];
+        h->order[i] = h->order[j], h->order[j] = t;
+    }
+    for (int k = 0; k < n; k += BATCH)
+        send_pairs(h, h->order + k, n - k < BATCH ? n - k : BATCH);
+}
+
+/* The peers that get a pair in every burst: ``n`` indices into the peer table. Returns 0, or
+ * -1 (nothing changed) when an index is out of range or repeated. */
+int nsp_active(struct nsp *h, const int *peers, int n)
+{
+    if (n < 0 || n > h->npeers)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        if (peers[i] < 0 || peers[i] >= h->npeers)
+            return -1;
+        for (int j = 0; j < i; j++)
+            if (peers[j] == peers[i])
+                return -1;
+    }
+    memcpy(h->active, peers, n * sizeof *peers);
+    h->nactive = n;
+    return 0;
+}
+
+/* The agent's loop for ``span_ns`` of CLOCK_MONOTONIC: at every wake-up drain the error queue
+ * and the receive queue (records into ``rec``, room for ``nrec``) and send a burst when one is
+ * due, then sleep until the next burst or the end of the span (span 0: one wake-up's work).
+ * ``rx_peers`` gets the peers that sent a valid probe during the call (``*nrx`` of them).
+ * Returns the number of records, early when fewer than 2 x 64 records of room are left or a
+ * signal interrupted the sleep (the caller handles it and calls again). */
+int nsp_run(struct nsp *h, int64_t span_ns, struct nsp_record *rec, int nrec, int *rx_peers,
+            int *nrx)
+{
+    int out = 0, full = 0;
+    int64_t end = monotonic_ns() + span_ns;
+    h->run++;
+    *nrx = 0;
+    for (;;) {
+        drain_errqueue(h);
+        out = drain_rx(h, rec, out, nrec, rx_peers, nrx, &full);
+        int64_t now = monotonic_ns();
+        if (now >= h->next_burst) {
+            burst(h);
+            int64_t gap = (int64_t)((0.5 + uniform(h)) / h->rate * 1e9);
+            /* on time: keep the mean rate; after a stall (or the first burst): from now */
+            h->next_burst = h->next_burst + gap > now ? h->next_burst + gap : now + gap;
+        }
+        if (full || now >= end)
+            return out;
+        int64_t wake = h->next_burst < end ? h->next_burst : end;
+        struct timespec ts = {wake / 1000000000, wake % 1000000000};
+        int r = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+        if (r == EINTR)
+            return out;
+    }
 }

@@ -1,7 +1,8 @@
-"""The agent's compiled datagram path (agents/native/probeio.c through agents.probeio) on real
-loopback sockets with real kernel timestamps, no root: the probes it sends decode with
-``agents.probe.decode`` (the documented wire format) and carry the kernel TX stamps of the
-previous pair; the records it emits have the right peer, pair, index and stamps; its
+"""The agent's compiled datagram path and loop (agents/native/probeio.c through
+agents.probeio) on real loopback sockets with real kernel timestamps, no root: the probes it
+sends decode with ``agents.probe.decode`` (the documented wire format) and carry the kernel TX
+stamps of the previous pair; every burst sends a pair to each active peer and to no other, in
+a random order; the records it emits have the right peer, pair, index and stamps; its
 validation counts exactly what ``ProbeFilter`` counts, reason by reason."""
 import os
 import socket
@@ -11,10 +12,11 @@ import pytest
 
 from agents.agent import SO_TIMESTAMPING, TS_FLAGS
 from agents.probe import AUTH, FOLLOWUP, REASONS, Probe, ProbeFilter, decode, encode, node_id
-from agents.probeio import ProbeIO
+from agents.probeio import ProbeIO, Record
 
 A, B, C = "127.0.0.1", "127.0.0.2", "127.0.0.3"
 KEY = bytes.fromhex("5eed" * 8)
+NEXT_BURST_S = 0.08  # at 20 bursts/s the next one is due within 1.5 / 20 s
 
 
 def probe_socket(ip: str, port: int = 0) -> socket.socket:
@@ -49,12 +51,14 @@ def test_sent_pairs_decode_and_carry_kernel_tx_stamps(key):
     port = a.getsockname()[1]
     c = probe_socket(C, port)
     io = ProbeIO(a, node_id("a"), [(node_id("c"), C)], port, 100, key, seq=5000,
-                 pair_seq=0xFFFFFFFF, convert=None)
+                 pair_seq=0xFFFFFFFF, rate=20.0, seed=1, convert=None)
     try:
+        io.active([0])
         t0 = time.time_ns()
-        io.tick([0])
+        io.run(0)  # one wake-up: the first burst
         first = kernel_rx(c)
-        io.tick([0])  # reads the TX stamps of the first pair, sends the second
+        time.sleep(NEXT_BURST_S)
+        io.run(0)  # reads the TX stamps of the first pair, sends the second
         second = kernel_rx(c)
         probes = [decode(d, key) for d, _ in first + second]
         assert [len(d) for d, _ in first + second] == [100] * 4
@@ -83,17 +87,18 @@ def test_records_round_trip_between_two_agents():
     b = probe_socket(B, port)
     shift = 10**9  # B's VM clock: the machine's + 1 s (through the conversion callback)
     ia = ProbeIO(a, node_id("a"), [(node_id("x"), C), (node_id("b"), B)], port, 56, None,
-                 seq=1, pair_seq=7, convert=None)
+                 seq=1, pair_seq=7, rate=20.0, seed=2, convert=None)
     ib = ProbeIO(b, node_id("b"), [(node_id("a"), A)], port, 56, None, seq=1, pair_seq=0,
-                 convert=lambda ns: ns + shift)
+                 rate=20.0, seed=3, convert=lambda ns: ns + shift)
     try:
+        ia.active([1])
         records = []
         t0 = time.time_ns()
         for _ in range(3):  # pairs 7, 8, 9 from a to b: 7 and 8 are completed
-            ia.tick([1])
-            time.sleep(0.05)
-            got, heard = ib.tick([])
-            records += got
+            ia.run(0)
+            time.sleep(NEXT_BURST_S)
+            got, heard = ib.run(0)
+            records += Record.iter_unpack(got)
             assert heard == [0]
         assert [r[:3] for r in records] == [(0, 7, 0), (0, 7, 1), (0, 8, 0), (0, 8, 1)]
         for _, _, _, _, tx, rx in records:
@@ -108,12 +113,46 @@ def test_records_round_trip_between_two_agents():
         b.close()
 
 
+def test_bursts_reach_every_active_peer_in_random_order():
+    """Over 2 s at 20 bursts/s: each active peer gets one pair per burst (as many pairs as
+    there were bursts, 40 on average), the inactive one none, and each active peer is first
+    in some bursts (a fixed order would queue the same peer last every time)."""
+    a = probe_socket(A)
+    port = a.getsockname()[1]
+    ips = ["127.0.0.11", "127.0.0.12", "127.0.0.13", "127.0.0.14"]
+    socks = [probe_socket(ip, port) for ip in ips]
+    io = ProbeIO(a, node_id("a"), [(node_id(f"p{k}"), ip) for k, ip in enumerate(ips)], port,
+                 56, None, seq=0, pair_seq=0, rate=20.0, seed=6, convert=None)
+    try:
+        with pytest.raises(ValueError):
+            io.active([0, 0])
+        with pytest.raises(ValueError):
+            io.active([4])
+        io.active([0, 1, 2])
+        start = time.monotonic()
+        io.run(2.0)
+        assert time.monotonic() - start >= 2.0
+        seqs = [[decode(d, None).seq for d, _ in kernel_rx(s)] for s in socks[:3]]
+        with pytest.raises(BlockingIOError):  # the inactive peer got nothing
+            socks[3].recv(2048)
+        bursts = len(seqs[0]) // 2
+        assert [len(s) for s in seqs] == [2 * bursts] * 3 and 20 <= bursts <= 81
+        assert sorted(sum(seqs, [])) == list(range(6 * bursts))  # one pair each per burst
+        firsts = {min(range(3), key=lambda k: seqs[k][2 * b]) for b in range(bursts)}
+        assert firsts == {0, 1, 2}
+    finally:
+        io.close()
+        a.close()
+        for s in socks:
+            s.close()
+
+
 def test_validation_counts_what_probefilter_counts():
     sock = probe_socket(A)
     peers = {"p1": B, "p2": C}
     flt = ProbeFilter("me", peers, KEY)
     io = ProbeIO(sock, node_id("me"), [(node_id(n), ip) for n, ip in peers.items()], 7701, 72,
-                 KEY, seq=0, pair_seq=0, convert=None)
+                 KEY, seq=0, pair_seq=0, rate=20.0, seed=4, convert=None)
 
     def probe(seq, src="p1", dst="me", idx=0, key=KEY, size=72):
         return encode(Probe(node_id(src), node_id(dst), seq, 3, idx, 5), key, size)
@@ -139,7 +178,7 @@ def test_validation_counts_what_probefilter_counts():
         assert set(io.rejects()) == set(REASONS) - {"unexpected_auth"}
         assert io.counters.probes_rx == flt.accepted
         noauth = ProbeIO(sock, node_id("me"), [(node_id("p1"), B)], 7701, 56, None, seq=0,
-                         pair_seq=0, convert=None)
+                         pair_seq=0, rate=20.0, seed=5, convert=None)
         assert noauth.check(good, B) == -1 and noauth.rejects() == {"unexpected_auth": 1}
         noauth.close()
     finally:
