@@ -22,9 +22,10 @@ What it does (Huygens, Geng et al., NSDI 2018, with kernel software timestamps):
   it during the last two windows, so each probed pair has both directions (the fit needs
   both).
 * Reports go to the coordinator over TCP as JSON lines (``API.md``, "Agent reports"), every
-  ``report_s``, their records packed (``agents.messages.pack_records``). The connection is
-  re-established with exponential backoff (0.2 s .. 5 s, jittered). Records wait in a
-  bounded buffer: when full, the oldest are dropped and counted (``records_dropped``).
+  ``report_s``, their records packed (``agents.messages.PackedRecords``, grouped by the
+  compiled side: no Python per record). The connection is re-established with exponential
+  backoff (0.2 s .. 5 s, jittered). Records wait in a bounded buffer: when full, the oldest
+  are dropped and counted (``records_dropped``).
 * Received datagrams are validated as ``agents.probe.ProbeFilter`` does; rejects are counted
   by reason and reported, never fatal.
 * Everything done per datagram (encoding, sending, TX stamps, validation, pairing) and the
@@ -46,11 +47,11 @@ from collections import Counter, deque
 from dataclasses import dataclass
 
 from agents.clock import Clock, ClockSpec
-from agents.messages import REPORT_SCHEMA, AgentStats, Hello, Report, pack_records
+from agents.messages import REPORT_SCHEMA, AgentStats, Hello, PackedRecords, Report
 from agents.probe import length, node_id, peer_ids
 from agents.probeio import ProbeIO, Record
 
-__all__ = ["Agent", "AgentConfig", "ClockView", "Reporter"]
+__all__ = ["Agent", "AgentConfig", "ClockView", "RecordBuffer", "Reporter"]
 
 log = logging.getLogger("agents.agent")
 
@@ -208,7 +209,7 @@ class Agent:
         self.last_rx: dict[str, float] = {}
         self.chosen: list[str] = []
         self.next_redraw = 0.0
-        self.records: deque = deque(maxlen=cfg.max_records)
+        self.records = RecordBuffer(cfg.max_records)
         self.collected_ns = self.started_ns  # every record emitted before it is in records
         self.counters: Counter[str] = Counter()
         self.reporter = Reporter(self)
@@ -236,7 +237,7 @@ class Agent:
         return AgentStats(
             probes_tx=io.probes_tx, probes_rx=io.probes_rx, rejects=self.io.rejects(),
             send_errors=self.io.send_errors(),
-            records_dropped=c["records_dropped"], records_unsent=c["records_unsent"],
+            records_dropped=self.records.dropped, records_unsent=c["records_unsent"],
             tx_user_stamps=io.tx_user_stamps, rx_user_stamps=io.rx_user_stamps,
             tx_stamps_missing=io.tx_stamps_missing, loop_errors=c["loop_errors"],
             peers_active=sorted(self.active_peers(time.monotonic())))
@@ -256,11 +257,7 @@ class Agent:
         now = time.monotonic()
         for k in heard:
             self.last_rx[names[k]] = now
-        full = len(self.records) + len(data) // Record.size - self.records.maxlen
-        if full > 0:
-            self.counters["records_dropped"] += full
-        self.records.extend((names[k], pid, i, tx, rx)
-                            for k, pid, i, _, tx, rx in Record.iter_unpack(data))
+        self.records.add(data)
         self.collected_ns = t_ns
         self.reporter.due.set()
 
@@ -301,6 +298,49 @@ class Agent:
                      start_ns=self.started_ns, peers=sorted(cfg.peers), pid=os.getpid())
 
 
+class RecordBuffer:
+    """Finished records (``agents.probeio.Record`` bytes, as the compiled loop returns them)
+    waiting for a report: at most ``limit``, the oldest dropped and counted (``dropped``)
+    when full. The loop adds, the reporter takes (thread-safe)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.dropped = 0
+        self._chunks: deque[bytes] = deque()
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self._n
+
+    def add(self, data: bytes) -> None:
+        """Append ``data`` (whole records), dropping the oldest beyond ``limit``."""
+        if not data:
+            return
+        with self._lock:
+            self._chunks.append(data)
+            self._n += len(data) // Record.size
+            while self._n > self.limit:
+                over = self._n - self.limit
+                head = self._chunks[0]
+                if len(head) // Record.size <= over:
+                    self._chunks.popleft()
+                    gone = len(head) // Record.size
+                else:
+                    self._chunks[0] = head[over * Record.size:]
+                    gone = over
+                self._n -= gone
+                self.dropped += gone
+
+    def take(self) -> bytes:
+        """Every buffered record, oldest first; the buffer is left empty."""
+        with self._lock:
+            data = b"".join(self._chunks)
+            self._chunks.clear()
+            self._n = 0
+        return data
+
+
 class Reporter(threading.Thread):
     """Sends an agent's records and counters to the coordinator as JSON lines.
 
@@ -326,24 +366,20 @@ class Reporter(threading.Thread):
         counters."""
         a = self.agent
         t_ns = a.collected_ns
+        data = a.records.take()
+        step = self.batch * Record.size
         lines = []
-        while True:
-            rows: dict[str, list] = {}
-            n = 0
-            while n < self.batch:
-                try:
-                    src, pid, i, tx, rx = a.records.popleft()
-                except IndexError:
-                    break
-                rows.setdefault(src, []).extend((pid, i, tx, rx))
-                n += 1
-            last = n < self.batch
+        for start in range(0, len(data) + 1, step):
+            part = data[start:start + step]
+            last = start + step > len(data)
+            counts, packed = a.io.pack(part)
+            kept = [k for k, c in enumerate(counts) if c]
             msg = Report(name=a.cfg.name, t_ns=t_ns if last else None,
-                         rx_packed=pack_records(rows),
+                         rx_packed=PackedRecords(senders=[a.names[k] for k in kept],
+                                                 counts=[counts[k] for k in kept],
+                                                 records=packed),
                          stats=a.stats() if last else None)
-            lines.append((msg.model_dump_json().encode() + b"\n", n))
-            if last:
-                break
+            lines.append((msg.model_dump_json().encode() + b"\n", len(part) // Record.size))
         for data, n in lines:
             try:
                 sock.sendall(data)

@@ -95,6 +95,9 @@ def load() -> ctypes.CDLL:
     lib.nsp_run.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int,
                             _intp, _intp]
     lib.nsp_run.restype = ctypes.c_int
+    lib.nsp_pack.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p,
+                             ctypes.POINTER(ctypes.c_int32)]
+    lib.nsp_pack.restype = ctypes.c_int
     _lib = lib
     return lib
 
@@ -142,6 +145,8 @@ class ProbeIO:
         self._rec = ctypes.create_string_buffer(RECORDS * Record.size)
         self._peers = (ctypes.c_int * max(n, 1))()
         self._nrx = ctypes.c_int()
+        self._counts = (ctypes.c_int32 * max(n, 1))()
+        self.npeers = n
 
     def active(self, peers: list[int]) -> None:
         """The peers (indices) that get a pair in every burst from now on.
@@ -162,6 +167,21 @@ class ProbeIO:
         n = self.lib.nsp_run(self.h, int(seconds * 1e9), self._rec, RECORDS, self._peers,
                              ctypes.byref(self._nrx))
         return ctypes.string_at(self._rec, n * Record.size), self._peers[:self._nrx.value]
+
+    def pack(self, records: bytes) -> tuple[list[int], bytes]:
+        """Records for a report: ``records`` (``Record`` each, as ``run`` returns them, any
+        number of runs' joined) grouped by peer. Returns how many each peer index has and the
+        records as four little-endian int64 each (``pair_id, idx, tx_ns, rx_ns``:
+        ``agents.messages.RECORD``), peer by peer in index order.
+
+        Raises:
+            ValueError: ``records`` is not whole records, or one names no peer.
+        """
+        n, rest = divmod(len(records), Record.size)
+        out = ctypes.create_string_buffer(4 * 8 * n)
+        if rest or self.lib.nsp_pack(self.h, records, n, out, self._counts) < 0:
+            raise ValueError(f"{len(records)} bytes are not records of this agent's peers")
+        return self._counts[:self.npeers], out.raw
 
     def check(self, data: bytes, ip: str) -> int:
         """Validate one datagram as the receive path does: the sender's peer index, or -1

@@ -31,6 +31,7 @@
  * Documentation/networking/timestamping.rst.
  */
 #define _GNU_SOURCE
+#include <endian.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <openssl/crypto.h>
@@ -589,4 +590,32 @@ int nsp_run(struct nsp *h, int64_t span_ns, struct nsp_record *rec, int nrec, in
         if (r == EINTR)
             return out;
     }
+}
+
+/* The report's packing (agents.messages.PackedRecords): ``n`` records of ``in`` grouped by
+ * peer, in peer-index order and in their order within a peer, each as four little-endian
+ * int64 (pair_id, idx, tx_ns, rx_ns) into ``out`` (room for 4 x n); ``counts[k]`` gets the
+ * records of peer k (npeers entries). Returns 0, or -1 when a record names no peer. */
+int nsp_pack(const struct nsp *h, const struct nsp_record *in, int n, int64_t *out,
+             int32_t *counts)
+{
+    int np = h->npeers;
+    memset(counts, 0, np * sizeof *counts);
+    for (int i = 0; i < n; i++) {
+        if (in[i].peer < 0 || in[i].peer >= np)
+            return -1;
+        counts[in[i].peer]++;
+    }
+    int64_t *at[np ? np : 1];
+    for (int k = 0, off = 0; k < np; off += counts[k++])
+        at[k] = out + 4 * (int64_t)off;
+    for (int i = 0; i < n; i++) {
+        int64_t *o = at[in[i].peer];
+        o[0] = (int64_t)htole64((uint64_t)in[i].pair_id);
+        o[1] = (int64_t)htole64((uint64_t)(int64_t)in[i].idx);
+        o[2] = (int64_t)htole64((uint64_t)in[i].tx_ns);
+        o[3] = (int64_t)htole64((uint64_t)in[i].rx_ns);
+        at[in[i].peer] += 4;
+    }
+    return 0;
 }

@@ -2,15 +2,17 @@
 agents.probeio) on real loopback sockets with real kernel timestamps, no root: the probes it
 sends decode with ``agents.probe.decode`` (the documented wire format) and carry the kernel TX
 stamps of the previous pair; every burst sends a pair to each active peer and to no other, in
-a random order; the records it emits have the right peer, pair, index and stamps; its
-validation counts exactly what ``ProbeFilter`` counts, reason by reason."""
+a random order; the records it emits have the right peer, pair, index and stamps and are
+packed for reports peer by peer as the wire contract says; its validation counts exactly what
+``ProbeFilter`` counts, reason by reason."""
 import os
 import socket
 import time
 
 import pytest
 
-from agents.agent import SO_TIMESTAMPING, TS_FLAGS
+from agents.agent import SO_TIMESTAMPING, TS_FLAGS, RecordBuffer
+from agents.messages import RECORD
 from agents.probe import AUTH, FOLLOWUP, REASONS, Probe, ProbeFilter, decode, encode, node_id
 from agents.probeio import ProbeIO, Record
 
@@ -145,6 +147,36 @@ def test_bursts_reach_every_active_peer_in_random_order():
         a.close()
         for s in socks:
             s.close()
+
+
+def test_pack_groups_records_by_peer_as_the_wire_record():
+    sock = probe_socket(A)
+    io = ProbeIO(sock, node_id("me"), [(node_id(f"p{k}"), f"127.0.0.{20 + k}") for k in range(3)],
+                 7701, 56, None, seq=0, pair_seq=0, rate=20.0, seed=7, convert=None)
+    try:
+        recs = [(2, 10, 0, 0, -5, 7), (0, 0xFFFFFFFF, 1, 0, 2**62, 3), (2, 12, 1, 0, 8, 9)]
+        counts, packed = io.pack(b"".join(Record.pack(*r) for r in recs))
+        assert counts == [1, 0, 2]
+        assert list(RECORD.iter_unpack(packed)) == [(0xFFFFFFFF, 1, 2**62, 3), (10, 0, -5, 7),
+                                                    (12, 1, 8, 9)]
+        assert io.pack(b"") == ([0, 0, 0], b"")
+        with pytest.raises(ValueError):
+            io.pack(Record.pack(3, 1, 0, 0, 1, 2))  # no peer 3
+        with pytest.raises(ValueError):
+            io.pack(bytes(Record.size - 1))
+    finally:
+        io.close()
+        sock.close()
+
+
+def test_record_buffer_keeps_the_newest_and_counts_the_dropped():
+    buf = RecordBuffer(5)
+    recs = [Record.pack(0, k, 0, 0, k, k) for k in range(8)]
+    for chunk in (recs[:3], recs[3:4], [], recs[4:]):
+        buf.add(b"".join(chunk))
+    assert len(buf) == 5 and buf.dropped == 3
+    assert buf.take() == b"".join(recs[3:])
+    assert len(buf) == 0 and buf.take() == b""
 
 
 def test_validation_counts_what_probefilter_counts():
