@@ -175,7 +175,8 @@ class Report(_AgentWire):
     """Probes this VM received, by sender: ``tx_ns`` on the sender's VM clock, ``rx_ns`` on
     this VM's clock."""
     rx_packed: PackedRecords | None = None
-    """Such records packed (``nslab.report/2``; what the agents send, ``pack_records``);
+    """Such records packed (``nslab.report/2``; what the agents send, grouped by their
+    compiled side: ``agents.probeio.ProbeIO.pack``; ``pack_records`` builds one from rows);
     when they are not ``sum(counts)`` records they are counted in the coordinator's
     ``bad_records`` and skipped, the rest of the report kept."""
     stats: AgentStats | None = None
