@@ -280,6 +280,7 @@ class Agent:
                 except Exception:  # noqa: BLE001 - a bug must not take the VM's agent down
                     log.exception("agent loop failed; continuing")
                     self.counters["loop_errors"] += 1
+                    self.reporter.due.set()  # the coordinator still gets the counters
                     # sleep, not stop.wait(): a signal handler that sets ``stop`` while this
                     # thread holds the event's lock inside wait() would deadlock
                     time.sleep(0.1)
