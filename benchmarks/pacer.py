@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -134,6 +135,9 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         before = checkout(args.before, tmp) if args.before else None
+        if before and os.path.exists(os.path.join(before, "agents", "native", "pacer.c")):
+            subprocess.run(["make", "-s", "-C", os.path.join(before, "agents", "native")],
+                           check=True)  # REF's compiled loop (a checkout has no build)
         sweep(args, before)
 
 
