@@ -44,6 +44,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from contextlib import contextmanager
 from io import BytesIO
 from pathlib import Path
 
@@ -64,6 +65,24 @@ def checkout(ref: str, into: str) -> str:
     if os.path.exists(os.path.join(native, "Makefile")):
         subprocess.run(["make", "-s", "-C", native], check=True)
     return path
+
+
+@contextmanager
+def pythonpath(tree: str | None):
+    """Processes started inside it import ``tree``'s packages (None: this tree's): on their
+    PYTHONPATH and as their working directory (``python -m`` puts it first on sys.path)."""
+    saved, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
+    if tree:
+        os.environ["PYTHONPATH"] = tree
+        os.chdir(tree)
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 FLOOR = "floor: Python"

@@ -30,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 
 import psutil
 from mininet.log import setLogLevel
@@ -43,7 +42,7 @@ from session.results import Fidelity, fidelity_line
 from topo import LeafSpine
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from agent_cost import checkout  # noqa: E402 - benchmarks/ is this script's directory
+from agent_cost import checkout, pythonpath  # noqa: E402 - benchmarks/ is this script's directory
 
 
 def drops(lab) -> dict[str, int]:
@@ -65,24 +64,6 @@ def incast(lab, senders, rx, nbytes: int, cc: str | None) -> tuple[float, dict[s
         s.wait(timeout=10)
     d1 = drops(lab)
     return t, {k: d1[k] - d0[k] for k in d1 if d1[k] > d0[k]}
-
-
-@contextmanager
-def pythonpath(tree: str | None):
-    """Processes started inside it import ``tree``'s packages (None: this tree's): on their
-    PYTHONPATH and as their working directory (``python -m`` puts it first on sys.path)."""
-    saved, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
-    if tree:
-        os.environ["PYTHONPATH"] = tree
-        os.chdir(tree)
-    try:
-        yield
-    finally:
-        os.chdir(cwd)
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
 
 
 def run_mode(lab, mesh, senders, rx, mode: str, spec: PacerSpec, rounds: int, nbytes: int,

@@ -38,7 +38,6 @@ The figures are printed, not asserted; ``fidelity`` says whether the machine was
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import sys
 import tempfile
@@ -54,7 +53,7 @@ from session.scenario import load
 from session.session import Session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from agent_cost import checkout  # noqa: E402 - benchmarks/ is this script's directory
+from agent_cost import checkout, pythonpath  # noqa: E402 - benchmarks/ is this script's directory
 from synthetic import T0_NS, simulate  # noqa: E402 - tests/ is on sys.path from here on
 
 
@@ -98,21 +97,13 @@ CASES = {
 
 def run_lab(doc: dict, agents_tree: str | None = None) -> dict:
     """Run the scenario ``doc``; with ``agents_tree``, the daemons in its VMs (agents and
-    coordinator) come from that tree (their PYTHONPATH), the lab from this one."""
-    saved = os.environ.get("PYTHONPATH")
-    if agents_tree:
-        os.environ["PYTHONPATH"] = agents_tree
-    try:
-        with tempfile.TemporaryDirectory() as d:
-            path = Path(d) / f"{doc['name']}.yaml"
-            path.write_text(yaml.safe_dump(doc))
-            sc, topo = load(str(path))
-            return Session(sc, topo, str(path)).run()
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
+    coordinator) come from that tree (their PYTHONPATH and working directory: ``python -m``
+    imports from the working directory first), the lab from this one."""
+    with pythonpath(agents_tree), tempfile.TemporaryDirectory() as d:
+        path = Path(d) / f"{doc['name']}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        sc, topo = load(str(path))
+        return Session(sc, topo, str(path)).run()
 
 
 def row(case: str, res: dict) -> str:
