@@ -41,6 +41,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "stamp.h"
+
 #define BATCH 32
 #define SLOT 64
 #define CTL 256
@@ -374,16 +376,8 @@ static void on_echo(struct npc *h, int i, int64_t tx, int64_t prx, int64_t seen)
 
 static int64_t stamp_of(const struct npc *h, struct msghdr *m)
 {
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_TIMESTAMPING &&
-            c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
-            struct timespec ts;
-            memcpy(&ts, CMSG_DATA(c), sizeof ts);
-            if (ts.tv_sec || ts.tv_nsec)
-                return to_vm(h, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec);
-        }
-    }
-    return now_vm(h);
+    int64_t ns = kernel_stamp_ns(m);
+    return ns ? to_vm(h, ns) : now_vm(h);
 }
 
 static void receive(struct npc *h)

@@ -43,6 +43,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "stamp.h"
+
 #define BATCH 64            /* datagrams per system call */
 #define SLOT 2048           /* bytes read per datagram (a probe is at most 1472) */
 #define CTL 512             /* ancillary bytes per datagram */
@@ -168,20 +170,6 @@ static void put_be(unsigned char *p, uint64_t v, int n)
         p[i] = v & 0xff;
 }
 
-static int64_t stamp_of(struct msghdr *m)
-{
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_TIMESTAMPING &&
-            c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
-            struct timespec ts;
-            memcpy(&ts, CMSG_DATA(c), sizeof ts);
-            if (ts.tv_sec || ts.tv_nsec)
-                return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-        }
-    }
-    return 0;
-}
-
 static void tag(struct nsp *h, const unsigned char *data, size_t n, unsigned char *out)
 {
     unsigned char md[EVP_MAX_MD_SIZE];
@@ -273,7 +261,7 @@ static void drain_errqueue(struct nsp *h)
             int tail = (int)m[i].msg_len - h->size;
             const unsigned char *p = h->errq[i] + tail;
             if (tail >= 0 && get_be(p, 2) == MAGIC)
-                tx_stamp(h, get_be(p + 12, 8), stamp_of(&m[i].msg_hdr));
+                tx_stamp(h, get_be(p + 12, 8), kernel_stamp_ns(&m[i].msg_hdr));
         }
         if (n < BATCH)
             return;
@@ -521,7 +509,7 @@ static int drain_rx(struct nsp *h, struct nsp_record *rec, int out, int nrec, in
             int len = m[i].msg_len > SLOT ? SLOT : (int)m[i].msg_len;
             int k = nsp_check(h, h->rx[i], len, from[i].sin_addr.s_addr);
             if (k >= 0)
-                out = take(h, k, h->rx[i], stamp_of(&m[i].msg_hdr), rec, out, rx_peers, nrx);
+                out = take(h, k, h->rx[i], kernel_stamp_ns(&m[i].msg_hdr), rec, out, rx_peers, nrx);
         }
         if (n < BATCH)
             return out;
