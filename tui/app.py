@@ -35,7 +35,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.widgets import Footer, Header, TabbedContent, TabPane, Tabs
+from textual.widgets import Footer, Header, Static, TabbedContent, TabPane, Tabs
 
 from agents.owd import natural_key
 from lab.errors import LabError
@@ -78,13 +78,16 @@ TALL = {False: 38, True: 30}  # rows (narrow, wide) from which the panels show t
 @dataclass
 class RunningExercise:
     """An exercise started in the TUI: the exercise, the truth its seed drew, its scenario
-    (dict), the directory of its files and the answer last typed."""
+    (dict), the directory of its files and the answer last typed; ``checking``: the answer
+    (parsed) whose check's own lab runs now (``pacer``), until its jobs are done."""
 
     ex: Any
     truth: dict
     scenario: dict
     directory: Path
     answer: str
+    checking: Any = None
+    check_backend: Any = None  # the backend of the check's lab, once started
 
     @property
     def title(self) -> str:
@@ -299,6 +302,8 @@ class NslabApp(App):
 
     def _restarted(self) -> None:
         self.stopped = False
+        if self.exercise is not None and self.exercise.checking is not None:
+            self.exercise.check_backend = self.backend
         self.sub_title = self.backend.scenario
         self.w_log.note(f"starting {self.backend.scenario}")
         self.start_backend()
@@ -321,6 +326,9 @@ class NslabApp(App):
         self.w_log.update_snapshot(snap)
         self.history.add(snap)
         self.refresh_plots()
+        if self.exercise is not None and self.exercise.check_backend is self.backend \
+                and self.exercise.checking is not None and snap.state == "done":
+            self._check_done(snap)
         top = self.screen_stack[-1] if self.screen_stack else None  # none while quitting
         if isinstance(top, DetailScreen):
             top.refresh_from(snap)
@@ -617,8 +625,10 @@ class NslabApp(App):
 
     def check_exercise(self, text: str) -> str:
         """Check the answer ``text`` against the running exercise's truth; the verdict's
-        text, or why it was not checked."""
-        from session.exercise import read_answer
+        text, or why it was not checked. A kind that measures (``pacer``) runs its check's
+        own lab in place of the exercise's, in view; the verdict comes when its jobs are
+        done (``on_snapshot_ready``)."""
+        from session.exercise import read_answer, write_scenario
         run = self.exercise
         run.answer = text
         path = run.directory / "answer.yaml"
@@ -631,13 +641,38 @@ class NslabApp(App):
         except LabError as e:
             return str(e)
         params = run.ex.parsed_params
-        if run.ex.kind.check_scenario(answer, record, params) is not None:
-            return (f"{run.ex.name} is checked by a lab of its own: nslab exercise start "
-                    f"{run.ex.name}, then nslab exercise check {run.ex.name} ANSWER_FILE")
-        verdict = run.ex.kind.check(answer, record, params)
+        data = run.ex.kind.check_scenario(answer, record, params)
+        if data is not None:
+            run.checking = answer
+            self.restart(str(write_scenario(data, run.directory, f"{run.ex.name}.check.yaml")),
+                         run)
+            text = (f"checking: {run.ex.name}'s check runs a lab of its own now, in view "
+                    f"(its jobs: {', '.join(j['name'] for j in data['jobs'])}); the verdict "
+                    "comes to the event log and here when they are done")
+            self.w_log.note(text, self.snap.time_s if self.snap else 0.0)
+            return text
+        return self._verdict(run, answer, record)
+
+    def _verdict(self, run: RunningExercise, answer, record: dict) -> str:
+        """``run``'s verdict on ``answer`` from ``record``, noted in the event log."""
+        verdict = run.ex.kind.check(answer, record, run.ex.parsed_params)
         self.w_log.note(f"exercise {run.ex.name}: {'passed' if verdict.passed else 'not yet'}",
                         self.snap.time_s if self.snap else 0.0)
         return verdict.text()
+
+    def _check_done(self, snap: Snapshot) -> None:
+        """The check's own lab finished its jobs: the verdict from its jobs' results, in the
+        event log and the exercise screen (shown)."""
+        run = self.exercise
+        answer, run.checking, run.check_backend = run.checking, None, None
+        record = {"truth": run.truth, "scenario": run.scenario,
+                  "check_results": {"jobs": self.backend.job_results()}}
+        text = self._verdict(run, answer, record)
+        for line in text.splitlines():
+            self.w_log.note(line, snap.time_s)
+        if not isinstance(self.screen, ExerciseScreen):
+            self.action_exercise()
+        self.screen.query_one("#exercise-verdict", Static).update(text)
 
     # -- replay ----------------------------------------------------------------------------
     def _replay(self, what: str):

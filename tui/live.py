@@ -137,6 +137,14 @@ class LiveBackend:
         if self.session is not None:
             self.session.stop()
 
+    def job_results(self) -> list[dict]:
+        """The finished jobs' entries, as in the results' ``jobs`` section (an exercise's
+        check reads them)."""
+        if self.session is None:
+            return []
+        entries = self.session.job_entries
+        return [entries[s.name] for s in self.session.sc.jobs if s.name in entries]
+
     def truth(self) -> dict:
         """The truth an exercise's check needs, shaped as the results' ``truth`` section:
         ``placements`` (VM -> physical host at the start).

@@ -10,10 +10,11 @@ pytest.importorskip("textual")
 from textual.widgets import Static, TextArea  # noqa: E402
 
 from tests.tui_synthetic import leafspine_snapshot  # noqa: E402
-from tests.unit.test_tui import press, ready, restartable_app, sync  # noqa: E402
+from tests.unit.test_tui import MID, app_on, press, ready, restartable_app, sync  # noqa: E402
 from tui.backend import EventView, hidden  # noqa: E402
 from tui.commands import NslabCommands  # noqa: E402
 from tui.detail import VMDetail  # noqa: E402
+from tui.recorded import RecordedBackend  # noqa: E402
 from tui.screens import ExerciseScreen  # noqa: E402
 from tui.widgets import VMTable  # noqa: E402
 
@@ -77,3 +78,50 @@ async def test_palette_starts_an_exercise_and_checks_the_answer():
         app.action_exercise()  # the palette's "Exercise: task and answer" reopens it
         await pilot.pause(0.2)
         assert app.screen.query_one(TextArea).text == "link: 3\nlinks: x\n"
+
+
+class CheckLab(RecordedBackend):
+    """The lab of a check that runs its own (``pacer``): its jobs done, with these drops."""
+
+    def __init__(self, drops: dict[str, int]):
+        super().__init__(start_at=MID, advance=False)
+        self.drops = drops
+
+    def snapshot(self):
+        snap = super().snapshot()
+        snap.state = "done"
+        return snap
+
+    def job_results(self) -> list[dict]:
+        return [{"name": n, "fabric_drops": d} for n, d in self.drops.items()]
+
+
+@sync
+async def test_a_check_with_a_lab_of_its_own_runs_it_in_view_and_gives_the_verdict():
+    made, labs = [], iter([RecordedBackend(start_at=MID, advance=False),
+                           CheckLab({"unpaced": 900, "paced": 120}),
+                           CheckLab({"unpaced": 900, "paced": 880})])
+
+    def factory(scenario):
+        made.append(scenario)
+        return next(labs)
+    app = app_on(RecordedBackend(start_at=MID, advance=False), backend_factory=factory)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await ready(pilot)
+        app.start_exercise("pacer")
+        await pilot.pause(0.3)
+        await app.workers.wait_for_complete()
+        assert made[-1].endswith("pacer.scenario.yaml") and isinstance(app.screen,
+                                                                       ExerciseScreen)
+        for lab, verdict in ((1, "PASSED"), (2, "NOT YET")):
+            await press(pilot, "ctrl+s")
+            for _ in range(40):  # the check's lab starts, polls, is done
+                if app.exercise.checking is None:
+                    break
+                await pilot.pause(0.1)
+            assert sum("runs a lab of its own now" in line for line in app.w_log.entries) == lab
+            assert made[-1].endswith("pacer.check.yaml") and len(made) == lab + 1
+            text = str(app.screen.query_one("#exercise-verdict", Static).render())
+            assert verdict in text and "drops paced" in text, text
+            note = "passed" if verdict == "PASSED" else "not yet"
+            assert any(line.endswith(f"exercise pacer: {note}") for line in app.w_log.entries)
