@@ -1,4 +1,4 @@
-"""``nslab schema scenario|results|api``: print the JSON Schema of a contract, generated from
+"""``nslab schema scenario|results|api|report``: print the JSON Schema of a contract, generated from
 the typed models that are its one definition (no root needed)."""
 from __future__ import annotations
 
@@ -20,9 +20,18 @@ def _api() -> dict:
     return CoordinatorState.model_json_schema()
 
 
+def _report() -> dict:
+    from pydantic import TypeAdapter
+
+    from agents.messages import AgentMessage
+    return TypeAdapter(AgentMessage).json_schema()
+
+
 SCHEMAS = {"scenario": (_scenario, "scenario YAML files (nslab run SCENARIO)"),
            "results": (_results, "the results document (nslab run --json PATH)"),
-           "api": (_api, "the coordinator's GET /api/v1/state (agents/API.md)")}
+           "api": (_api, "the coordinator's GET /api/v1/state (agents/API.md)"),
+           "report": (_report, "a line an agent or a pacer sends the coordinator's --port: "
+                      "Hello, Report or PacerReport by its type (agents/API.md, Agent reports)")}
 
 
 def add_parser(sub) -> None:

@@ -39,3 +39,16 @@ def test_help_lists_commands(capsys):
 def test_capture_options_need_pcap(capsys):
     assert main(["run", "quickstart", "--capture", "vm1"]) == 2
     assert "--capture and --pcap-filter need --pcap DIR" in capsys.readouterr().err
+
+
+def test_schema_report_covers_every_line_an_agent_or_pacer_sends(monkeypatch, capsys):
+    import json
+
+    from agents.messages import Hello, PacerReport, Report
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert main(["schema", "report"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert set(doc["discriminator"]["mapping"]) == {"hello", "report", "pacer"}
+    for model in (Hello, Report, PacerReport):
+        assert doc["$defs"][model.__name__]["properties"].keys() == \
+            model.model_json_schema()["properties"].keys()
