@@ -6,7 +6,10 @@ written or removed; processes elsewhere are never moved. See the kernel's cgroup
 cgroup-v1/cpusets, cgroup-v1/freezer-subsystem and cgroup-v2 documents.
 
 Budgets: ``cpu_cores`` (float, e.g. 1.5) becomes CFS quota/period (v1 ``cpu.cfs_quota_us``,
-v2 ``cpu.max``); ``cpuset`` ("0-1") pins the host's VMs to cores.
+v2 ``cpu.max``) over a 10 ms period (the kernel's default 100 ms lets a host of a quarter core
+run 25 ms and then throttles it for 75 ms: a VM's compute of tens of ms then finishes or
+stalls by chance; a hypervisor shares vCPUs at finer grain); ``cpuset`` ("0-1") pins the
+host's VMs to cores. See the kernel's scheduler/sched-bwc document.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from lab.capabilities import cgroup_mode
 from lab.errors import CapabilityError, LabError
 from lab.names import lab_prefix
 
-PERIOD_US = 100_000
+PERIOD_US = 10_000
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "freezer")
 
 
