@@ -271,7 +271,13 @@ class AgentsCost(_Model):
 
     run_s: float = Field(description="agents' run time, s")
     agent_cpu_core: P50Max = Field(description="over agents: CPU time / run time, fraction "
-                                               "of a core (0.03 = 3 %)")
+                                               "of a core (0.03 = 3 %), from the end of "
+                                               "start-up (the coordinator's first window) "
+                                               "when the run lasted past it")
+    agent_startup_cpu_s: P50Max = Field(default_factory=lambda: P50Max(p50=None, max=None),
+                                        description="over agents: "
+                                        "CPU seconds of start-up (imports, connecting), "
+                                        "left out of agent_cpu_core; null if not marked")
     coordinator_cpu_core: float | None = Field(description="fraction of a core")
     probe_bit_s: P50Max = Field(description="over agents: probes sent, bit/s on the wire "
                                             "(Ethernet/IP/UDP headers counted)")
@@ -918,9 +924,11 @@ def _agents_report(doc: Results) -> list[str]:
     if cost:
         cpu, bits = cost.agent_cpu_core, cost.probe_bit_s
         if cpu.p50 is not None:
+            boot = cost.agent_startup_cpu_s.p50
+            after = f" after start-up ({boot:.2f} s)" if boot is not None else ""
             lines.append(f"  agents: CPU per agent p50 {cpu.p50:.1%} max {cpu.max:.1%} of "
-                         f"a core, coordinator {cost.coordinator_cpu_core or 0:.1%}; probes "
-                         f"p50 {(bits.p50 or 0) / 1e3:.1f} kbit/s per agent; RSS agent p50 "
+                         f"a core{after}, coordinator {cost.coordinator_cpu_core or 0:.1%}; "
+                         f"probes p50 {(bits.p50 or 0) / 1e3:.1f} kbit/s per agent; RSS agent p50 "
                          f"{cost.agent_rss_mb.p50} MiB, coordinator "
                          f"{cost.coordinator_rss_mb} MiB")
         if cost.error:

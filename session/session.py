@@ -78,6 +78,8 @@ class Watcher(threading.Thread):
         if state is None:
             return
         self.latest = state
+        if state.windows:
+            self.mesh.mark_steady()
         groups = sorted(sorted(g.members) for g in state.collocation.groups)
         matches = groups == scoring.truth_groups(self.lab.phys)
         if matches and self.detected_after_s is None:
