@@ -176,7 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--threshold-us", type=_positive, default=500.0,
                     help="On-Ramp's T, us: above the sync error and the base OWD")
     pc.add_argument("--max-hold-us", type=_positive, default=5000.0,
-                    help="longest single hold, us")
+                    help="longest single hold, us; a hold lasts at most 10 x this in one piece "
+                         "(extensions included), then the destination is open for this long; "
+                         "samples whose echo took over 4 x this are ignored")
     pc.add_argument("--no-predict", action="store_true",
                     help="On-Ramp's rule as published: hold for the sample's OWD - T, not for "
                          "the OWD extrapolated to now (agents/gate.py)")
@@ -267,9 +269,8 @@ def _pacer(parser: argparse.ArgumentParser, args) -> int:
             name=args.name, bind=args.bind, ifname=args.ifname, peers=args.peers,
             coordinator=args.coordinator, api=args.api, mode=args.mode, port=args.port,
             line_mbit=args.line_mbit, probe_s=args.probe_us / 1e6, active_s=args.active_s,
-            gate=GateConfig(threshold_ns=args.threshold_us * 1e3,
-                            max_hold_ns=args.max_hold_us * 1e3,
-                            predict=not args.no_predict))
+            gate=GateConfig.for_hold(args.threshold_us * 1e3, args.max_hold_us * 1e3,
+                                     predict=not args.no_predict))
         pacer = Pacer(cfg)
     except ValueError as e:
         parser.error(str(e))

@@ -62,6 +62,19 @@ class GateConfig:
     predict: bool = True
     max_slope: float = 8.0
 
+    @classmethod
+    def for_hold(cls, threshold_ns: float, max_hold_ns: float, predict: bool = True) -> GateConfig:
+        """The gate for ``T`` and a longest single hold, its other bounds in proportion to the
+        hold (as the defaults: ``max_age_ns`` 4 x, ``max_continuous_ns`` 10 x), so that a lab
+        run at a k-times lower link rate with k-times longer T and holds (time dilation) has
+        k-times longer bounds too.
+
+        Raises:
+            ValueError: a parameter out of range."""
+        return cls(threshold_ns=threshold_ns, max_hold_ns=max_hold_ns,
+                   max_age_ns=4 * max_hold_ns, max_continuous_ns=10 * max_hold_ns,
+                   predict=predict)
+
     def __post_init__(self):
         for name in ("threshold_ns", "max_hold_ns", "max_age_ns", "max_continuous_ns",
                      "max_slope"):

@@ -105,17 +105,28 @@ class Sync:
     """Clock offsets of every VM against the reference, from the coordinator's API, and
     whether they are good enough to gate on.
 
-    ``synced`` needs: a state polled within ``stale_s``, at least 2 windows, estimates for
-    this VM and the destination, each with ``offset_sigma_ns`` at most ``sigma_ns`` (default
-    a quarter of the gate's threshold)."""
+    ``synced`` needs: a state polled within ``stale_s``, at least 2 windows, and for this VM
+    and the destination an estimate with ``offset_sigma_ns`` at most ``sigma_ns`` (default a
+    quarter of the gate's threshold) in a state polled within ``stale_s``: the last good
+    estimate is kept (holdover) while a window lacks one, as under an incast, whose queues
+    delay and drop the agents' probes too (extrapolated with its drift: 10 s at 0.1 ppm of
+    drift error is 1 us)."""
 
     def __init__(self, me: str, sigma_ns: float, stale_s: float):
         self.me, self.sigma_ns, self.stale_ns = me, sigma_ns, stale_s * 1e9
         self.state: CoordinatorState | None = None
         self.polled_ns = 0
+        self.good: dict[str, tuple[float, float, int | None, int]] = {}
+        """VM -> its last good estimate: (offset ns, drift ppm, reference time ns, polled ns)."""
 
     def update(self, state: CoordinatorState, now_ns: int) -> None:
         self.state, self.polled_ns = state, now_ns
+        if state.windows < 2:
+            return
+        for name, vs in state.vms.items():
+            if vs.offset_ns is not None and (vs.offset_sigma_ns is None
+                                             or vs.offset_sigma_ns <= self.sigma_ns):
+                self.good[name] = (vs.offset_ns, vs.drift_ppm or 0.0, state.t_ns, now_ns)
 
     def why_not(self, dst: str, now_ns: int) -> str | None:
         """None when ``dst`` can be gated on, else the reason in words."""
@@ -125,24 +136,31 @@ class Sync:
         if st.windows < 2:
             return "clock sync converging (fewer than 2 windows): gate open"
         for v in (self.me, dst):
+            good = self.good.get(v)
+            if good is not None and now_ns - good[3] <= self.stale_ns:
+                continue
             vs = st.vms.get(v)
-            if vs is None or vs.offset_ns is None:
+            if vs is None or vs.offset_ns is None or vs.offset_sigma_ns is None:
                 return f"no offset estimate for {v} yet: gate open"
-            if vs.offset_sigma_ns is not None and vs.offset_sigma_ns > self.sigma_ns:
-                return (f"offset of {v} uncertain ({vs.offset_sigma_ns:.0f} ns > "
-                        f"{self.sigma_ns:.0f} ns): gate open")
+            return (f"offset of {v} uncertain ({vs.offset_sigma_ns:.0f} ns > "
+                    f"{self.sigma_ns:.0f} ns): gate open")
         return None
 
     def clock_of(self, vm: str) -> tuple[float, float, int | None]:
-        """``vm``'s clock against the reference: (offset ns, drift ppm, at reference time ns
-        or None); ``theta(t) = offset + drift x 1e-6 x (t - offset - at)`` is its clock minus
-        the reference's at its own reading ``t`` (0 drift term without ``at``). Zeros when
-        unknown (``why_not`` says so)."""
-        st = self.state
-        vs = st.vms.get(vm) if st is not None else None
-        if vs is None or vs.offset_ns is None:
+        """``vm``'s clock against the reference from its last good estimate: (offset ns, drift
+        ppm, at reference time ns or None); ``theta(t) = offset + drift x 1e-6 x (t - offset -
+        at)`` is its clock minus the reference's at its own reading ``t`` (0 drift term
+        without ``at``), ``at`` the last state's (one reference for every VM: the compiled
+        loop keeps one), a held-over offset moved to it along its drift. Zeros when unknown
+        (``why_not`` says so)."""
+        good = self.good.get(vm)
+        if good is None:
             return 0.0, 0.0, None
-        return vs.offset_ns, vs.drift_ppm or 0.0, st.t_ns
+        off, drift, at, _ = good
+        now_at = self.state.t_ns if self.state is not None else None
+        if at is None or now_at is None:
+            return off, drift, at
+        return off + drift * 1e-6 * (now_at - at), drift, now_at
 
 
 class Pacer:

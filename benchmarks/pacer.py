@@ -7,19 +7,20 @@ sample's age compensated (``pace``: the OWD extrapolated to now, agents/gate.py)
 in one lab per (senders, queue).
 
     sudo .venv/bin/python benchmarks/pacer.py [--senders 2,4] [--queues 20,50] [--rounds 3]
-                                              [--before REF]
+                                              [--rate 20] [--probe-us 500] [--before REF]
 
 With ``--before REF`` a row ``pace@REF`` follows, the pacers of REF's tree in the same lab
 (theirs on their PYTHONPATH, the lab and the rest this tree's): the pacer before and after a
 change of it, side by side in one run.
 
-Printed per row: completion (s, all senders done), fabric and VM-link queue drops (the lab's
-tc counters: the truth), TCP retransmitted segments and RTOs (the pacers' sensing), the
-senders' OWD p99 toward the receiver (us), holds, the pacers' reaction delay (an echo's
-arrival to its hold applied, p99 of the slowest sender, us) and the part of it before the
-pacer's loop handled the echo (``wake``: waiting for a CPU), the pacers' CPU (fraction of a core),
-whether the machine was saturated, and the drops per link ("a-b", both ends); after each lab,
-its fidelity line (``session.results.fidelity_line``: which cores and links the CPU limited).
+Printed per row: completion (s, all senders done), fabric and VM-link queue drops (the lab's tc
+counters: the truth), the pacers' own probes among them (``probes``: lost), TCP retransmitted
+segments and RTOs (the pacers' sensing), the senders' OWD p99 toward the receiver (us), holds,
+the pacers' reaction delay (an echo's arrival to its hold applied, p99 of the slowest sender,
+us) and the part of it before the pacer's loop handled the echo (``wake``: waiting for a CPU),
+the pacers' CPU (fraction of a core), whether the machine was saturated, and the drops per link
+("a-b", both ends); after each lab, its fidelity line (``session.results.fidelity_line``: which
+cores and links the CPU limited).
 Goal (issue 10): zero drops with the pacer on, completion not worse.
 """
 from __future__ import annotations
@@ -36,34 +37,13 @@ from mininet.log import setLogLevel
 
 from lab import Lab
 from lab.fidelity import FidelitySampler
-from lab.observe import link_states
 from session.daemons import AgentMesh, AgentsSpec, PacerSpec
+from session.incast import incast
 from session.results import Fidelity, fidelity_line
 from topo import LeafSpine
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent_cost import checkout, pythonpath  # noqa: E402 - benchmarks/ is this script's directory
-
-
-def drops(lab) -> dict[str, int]:
-    """Queue drops so far per link ("a-b"), both ends."""
-    return {f"{ln.a}-{ln.b}": ln.drops for ln in link_states(lab)}
-
-
-def incast(lab, senders, rx, nbytes: int, cc: str | None) -> tuple[float, dict[str, int]]:
-    """One round: (completion s, drops per link during it)."""
-    bulk = [sys.executable, "-m", "workloads.bulk"]
-    srv = [rx.popen(bulk + ["recv", str(5201 + i)]) for i in range(len(senders))]
-    d0, t0 = drops(lab), time.monotonic()
-    cl = [s.popen(bulk + ["send", rx.IP(), str(5201 + i), str(nbytes)]
-                  + (["--cc", cc] if cc else []))
-          for i, s in enumerate(senders)]
-    assert [c.wait(timeout=120) for c in cl] == [0] * len(cl), "a sender failed"
-    t = time.monotonic() - t0
-    for s in srv:
-        s.wait(timeout=10)
-    d1 = drops(lab)
-    return t, {k: d1[k] - d0[k] for k in d1 if d1[k] > d0[k]}
 
 
 def run_mode(lab, mesh, senders, rx, mode: str, spec: PacerSpec, rounds: int, nbytes: int,
@@ -94,6 +74,7 @@ def run_mode(lab, mesh, senders, rx, mode: str, spec: PacerSpec, rounds: int, nb
             "rtos": sum(r.net.timeouts for r in reps),
             "owd_p99_us": max(owd) if owd else None,
             "holds": sum(r.dests[rx.name].holds for r in reps if rx.name in r.dests),
+            "probes_lost": sum(r.dests[rx.name].probes_lost for r in reps if rx.name in r.dests),
             "react_us": max((r.dests[rx.name].react_us_p99 or 0 for r in reps
                              if rx.name in r.dests), default=0),
             "wake_us": max((r.dests[rx.name].wake_us_p99 or 0 for r in reps
@@ -110,6 +91,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threshold-us", type=float, default=PacerSpec().threshold_us)
     ap.add_argument("--max-hold-us", type=float, default=PacerSpec().max_hold_us)
+    ap.add_argument("--probe-us", type=float, default=PacerSpec().probe_us)
     ap.add_argument("--cc", default=None, help="the senders' TCP congestion control "
                     "(default: the VMs')")
     ap.add_argument("--before", default=None, help="also run REF's pacers (row pace@REF)")
@@ -126,8 +108,8 @@ def sweep(args, before: str | None) -> None:
     """Every (senders, queue) row group of the module doc."""
     setLogLevel("error")
     print(f"{'senders':>7s} {'queue':>5s} {'mode':>11s} {'compl s':>7s} {'drops':>6s} "
-          f"{'retrans':>7s} {'RTOs':>4s} {'OWD p99 us':>10s} {'holds':>5s} {'react us':>8s} "
-          f"{'wake us':>7s} {'CPU':>5s} "
+          f"{'probes':>6s} {'retrans':>7s} {'RTOs':>4s} {'OWD p99 us':>10s} {'holds':>5s} "
+          f"{'react us':>8s} {'wake us':>7s} {'CPU':>5s} "
           f"{'saturated':>9s} drops per link")
     for n in (int(x) for x in args.senders.split(",")):
         for q in (int(x) for x in args.queues.split(",")):
@@ -141,7 +123,7 @@ def sweep(args, before: str | None) -> None:
                     senders = [lab[f"vm{i}"] for i in range(1, n + 1)]
                     rx = lab[f"vm{n + 1}"]
                     spec = PacerSpec(threshold_us=args.threshold_us,
-                                     max_hold_us=args.max_hold_us)
+                                     max_hold_us=args.max_hold_us, probe_us=args.probe_us)
                     onramp = spec.model_copy(update={"predict": False})
                     rows = [("sense", "sense", spec, None), ("onramp", "pace", onramp, None),
                             ("pace", "pace", spec, None)]
@@ -152,7 +134,8 @@ def sweep(args, before: str | None) -> None:
                                      args.bytes, args.cc, tree)
                         owd = f"{r['owd_p99_us']:10.0f}" if r["owd_p99_us"] else f"{'-':>10s}"
                         print(f"{n:7d} {q:5d} {label:>11s} {r['completion_s']:7.3f} "
-                              f"{r['drops']:6d} {r['retrans']:7d} {r['rtos']:4d} {owd} "
+                              f"{r['drops']:6d} {r['probes_lost']:6d} {r['retrans']:7d} "
+                              f"{r['rtos']:4d} {owd} "
                               f"{r['holds']:5d} {r['react_us']:8.0f} {r['wake_us']:7.0f} "
                               f"{r['cpu']:5.2f} "
                               f"{fid.summary()['saturated']!s:>9s} {r['where']}", flush=True)

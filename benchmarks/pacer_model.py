@@ -8,6 +8,13 @@ goes through the real ``agents.gate.Gate``; its hold applies at once. Senders ar
 backlogged (the worst case: TCP's window never limits them).
 
     .venv/bin/python benchmarks/pacer_model.py [--senders 4] [--queues 30,50] [--react-ms 0.5,2,5]
+                                               [--rate-mbit 20] [--threshold-us T]
+                                               [--max-hold-us H] [--probe-us P]
+
+Time dilation: dividing the rate by k and multiplying the probe period, T and the hold by k
+gives the same queue at k times the time scale, so a reaction delay r at rate C / k acts as
+r / k at rate C (the queue fills in B / ((N - 1) C), ~6 ms for 4 senders into 30 packets at
+20 Mbit/s, 24 ms at 5 Mbit/s). The reaction and its jitter are the machine's and do not scale.
 
 Printed per row: drops (packets), the bottleneck's utilization (sent / C x duration), the
 queue's maximum (packets), for On-Ramp's rule as published (``onramp``) and with the sample's age
@@ -18,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agents.gate import Gate, GateConfig
 
@@ -36,6 +43,12 @@ class Incast:
     jitter_ns: float = 1e6
     duration_ns: float = 2e9
     step_ns: float = 10e3
+
+    def dilated(self, k: float) -> Incast:
+        """The same incast at ``rate_bit_s / k``: the base OWD, the duration and the step ``k``
+        times longer; the reaction and its jitter (the machine's) kept."""
+        return replace(self, rate_bit_s=self.rate_bit_s / k, base_ns=self.base_ns * k,
+                       duration_ns=self.duration_ns * k, step_ns=self.step_ns * k)
 
 
 def simulate(m: Incast, gate: GateConfig, seed: int = 1) -> tuple[float, float, float]:
@@ -78,16 +91,28 @@ def main() -> None:
     ap.add_argument("--senders", type=int, default=4)
     ap.add_argument("--queues", default="30,50", help="buffers, packets, comma separated")
     ap.add_argument("--react-ms", default="0.5,2,5", help="the pacer's reaction delays, ms")
-    ap.add_argument("--threshold-us", type=float, default=500.0)
+    ap.add_argument("--rate-mbit", type=float, default=20.0,
+                    help="the senders' lines and the bottleneck, Mbit/s (time dilation: the "
+                         "base OWD and the duration, and the defaults below, scale by 20 / this)")
+    ap.add_argument("--threshold-us", type=float, default=None, help="T (500 us x 20 / rate)")
+    ap.add_argument("--max-hold-us", type=float, default=None,
+                    help="longest single hold (5000 us x 20 / rate; the other bounds in "
+                         "proportion, as the pacer's CLI: GateConfig.for_hold)")
+    ap.add_argument("--probe-us", type=float, default=None,
+                    help="probe period per sender (500 us x 20 / rate)")
     args = ap.parse_args()
+    k = 20.0 / args.rate_mbit
+    t_us, hold_us, probe_us = (v if v is not None else d * k for v, d in (
+        (args.threshold_us, 500.0), (args.max_hold_us, 5000.0), (args.probe_us, 500.0)))
     print(f"{'senders':>7s} {'queue':>5s} {'react ms':>8s} {'rule':>7s} {'drops':>6s} "
           f"{'util':>5s} {'qmax':>5s}")
     for react in (float(x) for x in args.react_ms.split(",")):
         for q in (int(x) for x in args.queues.split(",")):
-            m = Incast(senders=args.senders, buffer_pkts=q, react_ns=react * 1e6)
+            m = Incast(senders=args.senders, buffer_pkts=q, react_ns=react * 1e6,
+                       probe_ns=probe_us * 1e3).dilated(k)
             for rule, predict in (("onramp", False), ("predict", True)):
-                d, u, qmax = simulate(m, GateConfig(threshold_ns=args.threshold_us * 1e3,
-                                                    predict=predict))
+                d, u, qmax = simulate(m, GateConfig.for_hold(t_us * 1e3, hold_us * 1e3,
+                                                             predict=predict))
                 print(f"{args.senders:7d} {q:5d} {react:8.1f} {rule:>7s} {d:6.0f} {u:5.2f} "
                       f"{qmax:5.1f}", flush=True)
 

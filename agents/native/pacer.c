@@ -11,7 +11,7 @@
  *      and runs On-Ramp's gate on it (npc_gate_decide: agents/gate.py's Gate.decide, the same
  *      arithmetic in the same order, which the unit tests check on the same inputs);
  *   4. holds a destination by sending its prebuilt RTM_NEWQDISC message (agents/hold.py builds
- *      it: the TBF under the destination's HTB class at 64 kbit/s) and releases it when the
+ *      it: the TBF under the destination's HTB class at <= 64 kbit/s) and releases it when the
  *      hold ends (the open message, then a probe to that destination, which wakes the device);
  *   5. records every sample (destination, OWD, whether a hold was applied and how long after
  *      the echo's kernel arrival) in a ring that Python drains (npc_drain).

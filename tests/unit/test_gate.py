@@ -116,3 +116,9 @@ def test_prediction_never_starts_a_hold_below_threshold():
     g.decide("vm2", owd_ns=T - 200_000, sent_ns=0, now_ns=1 * MS)
     d = g.decide("vm2", owd_ns=T - 1, sent_ns=10_000, now_ns=3 * MS)   # steep trend, below T
     assert d.hold_ns == 0 and d.reason == "below threshold"
+
+
+def test_for_hold_keeps_the_defaults_and_scales_the_bounds_with_the_hold():
+    assert GateConfig.for_hold(500_000, 5 * MS) == GateConfig()
+    g = GateConfig.for_hold(5 * MS, 50 * MS, predict=False)
+    assert (g.max_age_ns, g.max_continuous_ns, g.predict) == (200 * MS, 500 * MS, False)
