@@ -3,7 +3,10 @@
  *
  * One native thread (npc_start) owns the pacer's UDP socket and a NETLINK_ROUTE socket and,
  * without ever taking Python's GIL:
- *   1. sends a timestamp probe to each active destination every probe_ns (layout below);
+ *   1. sends a timestamp probe to each active destination every probe_ns (layout below), with
+ *      at most IN_FLIGHT unanswered (then one per max_age_ns): a probe is a packet in the
+ *      queue it measures, and a queue long in time would otherwise fill with probes
+ *      (4 senders at 2 ms into a 60 ms queue: 120 probes, more than a 50-packet buffer);
  *   2. answers the probes of other pacers with an echo carrying the probe's kernel RX stamp;
  *   3. turns each echo into a one-way delay on the synchronized clocks,
  *      owd = (rx - theta_dst(rx)) - (tx - theta_me(tx)),
@@ -53,6 +56,7 @@
 #define MAX_MSG 256
 #define MAX_ERRNO 256
 #define IDLE_NS 10000000LL  /* longest wait: the stop flag is seen within it */
+#define IN_FLIGHT 2         /* unanswered probes per destination before probing waits */
 
 typedef int64_t (*conv_fn)(int64_t);
 
@@ -180,7 +184,8 @@ struct dest {
     uint32_t ip;            /* network order */
     int active, synced, held;
     double off_ns, drift_ppm;
-    int64_t next_probe, release_at;
+    int64_t next_probe, release_at, probed_at;
+    int unanswered;         /* probes sent since the last echo */
     unsigned char hold_msg[MAX_MSG], open_msg[MAX_MSG];
     int hold_len, open_len;
     struct npc_dstats st;
@@ -328,6 +333,18 @@ static void send_probe(struct npc *h, int i, int64_t now)
     else
         h->d[i].st.sent++;
     h->d[i].next_probe = now + h->probe_ns;
+    h->d[i].probed_at = now;
+    h->d[i].unanswered++;
+}
+
+/* When destination ``d`` may be probed next: its period, later while IN_FLIGHT probes are
+ * unanswered (until an echo, or max_age_ns after the last probe: echoes get lost). */
+static int64_t probe_due(const struct npc *h, const struct dest *d)
+{
+    if (d->unanswered < IN_FLIGHT)
+        return d->next_probe;
+    int64_t late = d->probed_at + (int64_t)h->gate->cfg.max_age_ns;
+    return late > d->next_probe ? late : d->next_probe;
 }
 
 static int find(const struct npc *h, uint32_t ip)
@@ -342,6 +359,7 @@ static void on_echo(struct npc *h, int i, int64_t tx, int64_t prx, int64_t seen)
 {
     struct dest *d = &h->d[i];
     d->st.echoed++;
+    d->unanswered = 0;
     if (!d->synced)
         return;
     int64_t now = now_vm(h);
@@ -459,12 +477,12 @@ static int64_t step(struct npc *h)
                 d->st.switch_errors++;
             }
         }
-        if (kick || (d->active && d->next_probe <= now))
+        if (kick || (d->active && probe_due(h, d) <= now))
             send_probe(h, i, now);
         if (d->held && d->release_at < next)
             next = d->release_at;
-        if (d->active && d->next_probe < next)
-            next = d->next_probe;
+        if (d->active && probe_due(h, d) < next)
+            next = probe_due(h, d);
     }
     pthread_mutex_unlock(&h->mu);
     return next;
