@@ -6,8 +6,8 @@ in ``sense`` mode (measuring only: the baseline, plain CUBIC/BBR as configured) 
 sample's age compensated (``pace``: the OWD extrapolated to now, agents/gate.py), side by side
 in one lab per (senders, queue).
 
-    sudo .venv/bin/python benchmarks/pacer.py [--senders 2,4] [--queues 20,50] [--rounds 3]
-                                              [--rate 20] [--probe-us 500] [--before REF]
+    sudo .venv/bin/python benchmarks/pacer.py [--senders 4] [--queues 50] [--rounds 2]
+                                              [--rate 5] [--cc cubic] [--probe-us P] [--before REF]
 
 With ``--before REF`` a row ``pace@REF`` follows, the pacers of REF's tree in the same lab
 (theirs on their PYTHONPATH, the lab and the rest this tree's): the pacer before and after a
@@ -84,18 +84,24 @@ def run_mode(lab, mesh, senders, rx, mode: str, spec: PacerSpec, rounds: int, nb
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--senders", default="2,4", help="senders per row, comma separated")
-    ap.add_argument("--queues", default="20,50", help="downlink queue limits, packets")
-    ap.add_argument("--rate", type=float, default=20.0, help="VM link rate, Mbit/s")
-    ap.add_argument("--bytes", type=int, default=1_000_000, help="per sender per round")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threshold-us", type=float, default=PacerSpec().threshold_us)
-    ap.add_argument("--max-hold-us", type=float, default=PacerSpec().max_hold_us)
-    ap.add_argument("--probe-us", type=float, default=PacerSpec().probe_us)
-    ap.add_argument("--cc", default=None, help="the senders' TCP congestion control "
-                    "(default: the VMs')")
+    ap.add_argument("--senders", default="4", help="senders per row, comma separated")
+    ap.add_argument("--queues", default="50", help="downlink queue limits, packets")
+    ap.add_argument("--rate", type=float, default=5.0,
+                    help="VM link rate, Mbit/s (time dilation: T, the hold and the probe period "
+                         "default to the pacer's defaults x 20 / this, README)")
+    ap.add_argument("--bytes", type=int, default=500_000, help="per sender per round")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threshold-us", type=float, default=None)
+    ap.add_argument("--max-hold-us", type=float, default=None)
+    ap.add_argument("--probe-us", type=float, default=None)
+    ap.add_argument("--cc", default="cubic", help="the senders' TCP congestion control "
+                    "(empty: the VMs' default)")
     ap.add_argument("--before", default=None, help="also run REF's pacers (row pace@REF)")
     args = ap.parse_args()
+    base, k = PacerSpec(), 20.0 / args.rate
+    for name in ("threshold_us", "max_hold_us", "probe_us"):
+        if getattr(args, name) is None:
+            setattr(args, name, getattr(base, name) * k)
     with tempfile.TemporaryDirectory() as tmp:
         before = checkout(args.before, tmp) if args.before else None
         if before and os.path.exists(os.path.join(before, "agents", "native", "pacer.c")):
