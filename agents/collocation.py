@@ -208,6 +208,36 @@ def _separated(a: _Rows, others: _Rows, s2: float) -> np.ndarray:
         return (a.lo - others.hi >= gap) | (others.lo - a.hi >= gap)
 
 
+def _components(single: _Stack, nv: int, s2: float, alpha: float) -> np.ndarray:
+    """Per VM (rows ``0..nv-1`` of ``single``, one VM each) a component, shape (nv,) int,
+    such that the greedy merges never join VMs of two components: any clusters made of VMs
+    of different components are ``_separated`` (a saturated statistic, whose p-value is
+    below ``alpha``) or share fewer than ``MIN_WINDOWS`` windows (never merged).
+
+    A cluster's mean drift less the common mode lies within its members' ranges in every
+    window and its sigma is at most a single VM's, so VMs whose ranges, sorted, leave a gap
+    of ``_separated``'s width for single VMs (with a margin for rounding) split the VMs into
+    components that stay apart. VMs with fewer than ``MIN_WINDOWS`` samples are components
+    of their own; all VMs are one component when a saturated statistic could reach
+    ``alpha`` (a tiny ``alpha``)."""
+    w = single.count.shape[1]
+    n = np.arange(MIN_WINDOWS, max(w, MIN_WINDOWS) + 1)
+    if not (chdtrc(n - 1, Z_CLIP ** 2 * n) < alpha).all():  # k <= n - 1 dof: the largest p
+        return np.zeros(nv, dtype=int)
+    lo, hi = single.lo[:nv], single.hi[:nv]
+    few = (single.count[:nv] > 0).sum(axis=1) < MIN_WINDOWS
+    gap = Z_CLIP * np.sqrt(s2 * 2.0) * (1 + 1e-6)
+    order = np.flatnonzero(~few)
+    order = order[np.argsort(lo[order], kind="stable")]
+    comp = np.empty(nv, dtype=int)
+    if order.size:
+        reach = np.maximum.accumulate(hi[order])
+        comp[order] = np.cumsum(np.r_[False, lo[order[1:]] - reach[:-1] >= gap])
+    start = int(comp[order].max()) + 1 if order.size else 0
+    comp[few] = start + np.arange(int(few.sum()))
+    return comp
+
+
 def _project(z: np.ndarray, ok: np.ndarray, bases: _Bases, skip_constant: bool
              ) -> tuple[np.ndarray, np.ndarray]:
     """Energy of each row of ``z`` (L, n_windows) on the low cosines of its windows ``ok``:
@@ -379,14 +409,13 @@ def _offset_noise(o: np.ndarray) -> float:
     """Median over VMs of the offsets' noise variance (ns^2) from second differences, which
     remove each VM's offset and drift against the reference: robust (MAD) per VM, as white
     noise gives a second difference of variance 6 sigma^2. 0 without enough data."""
-    per_vm = []
-    for row in o:
-        d2 = np.diff(row, 2)
-        d2 = d2[np.isfinite(d2)]
-        if d2.size >= MIN_WINDOWS:
-            mad = float(np.median(np.abs(d2 - np.median(d2))))
-            per_vm.append((1.4826 * mad) ** 2 / 6.0)
-    return float(np.median(per_vm)) if per_vm else 0.0
+    if o.shape[1] < MIN_WINDOWS + 2:
+        return 0.0
+    d2 = np.diff(o, 2, axis=1)  # NaN where a window is missing
+    med = _row_nanmedian(d2)    # np.median of each row's numbers, the same floats
+    mad = _row_nanmedian(np.abs(d2 - med[:, None]))
+    per_vm = (1.4826 * mad[np.isfinite(d2).sum(axis=1) >= MIN_WINDOWS]) ** 2 / 6.0
+    return float(np.median(per_vm)) if per_vm.size else 0.0
 
 
 def group(drift_series: dict[str, np.ndarray], sigma_ppm: float, *, alpha: float = 1e-5,
@@ -403,7 +432,10 @@ def group(drift_series: dict[str, np.ndarray], sigma_ppm: float, *, alpha: float
     Clustering is agglomerative: merge the two clusters with the largest p-value while it is
     >= ``alpha``. Averaging a cluster's members lowers the noise, so a new VM is tested against
     a host more sharply than against any one of its VMs. Sets sharing fewer than
-    ``MIN_WINDOWS`` windows are never merged.
+    ``MIN_WINDOWS`` windows are never merged. The greedy runs on components of VMs that no
+    merge can join (drift ranges apart by more than the test can take, ``_components``),
+    every component's next merge in one batch: the same merges as one greedy over all VMs,
+    without testing the thousands of pairs of hosts far apart again after every merge.
 
     ``sigma`` is ``max(sigma_ppm, s_hat)`` with ``s_hat`` the noise seen in the high
     frequencies of the series, where a slow wander hardly reaches (see ``_noise_floor``): an
@@ -487,28 +519,45 @@ def group(drift_series: dict[str, np.ndarray], sigma_ppm: float, *, alpha: float
     pool = _Pool(2 * nv, x.shape[1])
     for i, c in live.items():
         pool.put(i, c)
-
-    def score_against(cid: int, others: list[int]) -> None:
-        if others:
-            pv[others, cid] = tests.p_values(pool.rows.rows([cid]), pool.rows.rows(others))
-
-    # every pair of VMs (cid b against a < b), a few thousand pairs per call
+    comp = _components(pool.rows, nv, s2, alpha)
+    # every pair of VMs of one component (cid b against a < b), a few thousand per call
     bb, aa = np.tril_indices(nv, -1)
+    within = comp[bb] == comp[aa]
+    bb, aa = bb[within], aa[within]
     for lo in range(0, bb.size, _PAIRS_PER_CALL):
         b, a = bb[lo:lo + _PAIRS_PER_CALL], aa[lo:lo + _PAIRS_PER_CALL]
         pv[a, b] = tests.p_values(pool.rows.rows(b), pool.rows.rows(a))
+    # the greedy merges, every component's next one in the same round: a component's
+    # p-values change only with its own merges, so its merges come in the order the global
+    # argmax would take them (ties too: ids keep their order within a component)
+    by_comp = np.argsort(comp, kind="stable")
+    groups_left = [ids.tolist() for ids in np.split(by_comp, np.flatnonzero(np.diff(
+        comp[by_comp])) + 1) if ids.size > 1]
     next_id = nv
-    while len(live) > 1:
-        a, b = np.unravel_index(int(np.argmax(pv)), pv.shape)
-        if pv[a, b] < alpha:
-            break
-        merged = live.pop(int(a)).merged(live.pop(int(b)))
-        pv[[a, b], :] = -np.inf
-        pv[:, [a, b]] = -np.inf
-        live[next_id] = merged
-        pool.put(next_id, merged)
-        score_against(next_id, [c for c in live if c != next_id])
-        next_id += 1
+    while groups_left:
+        new_b, new_a, still = [], [], []
+        for ids in groups_left:
+            sub = pv[np.ix_(ids, ids)]
+            i, j = np.unravel_index(int(np.argmax(sub)), sub.shape)
+            if sub[i, j] < alpha:
+                continue
+            a, b = ids[i], ids[j]
+            merged = live.pop(a).merged(live.pop(b))
+            pv[[a, b], :] = -np.inf
+            pv[:, [a, b]] = -np.inf
+            live[next_id] = merged
+            pool.put(next_id, merged)
+            ids = [c for c in ids if c != a and c != b]
+            new_a += ids
+            new_b += [next_id] * len(ids)
+            ids.append(next_id)
+            next_id += 1
+            if len(ids) > 1:
+                still.append(ids)
+        for lo in range(0, len(new_b), _PAIRS_PER_CALL):
+            b, a = new_b[lo:lo + _PAIRS_PER_CALL], new_a[lo:lo + _PAIRS_PER_CALL]
+            pv[a, b] = tests.p_values(pool.rows.rows(b), pool.rows.rows(a))
+        groups_left = still
     finals = list(live.values())
     # confidence: each member against the rest of its group, each group against each other
     # one (all of them in one call each)

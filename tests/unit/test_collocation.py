@@ -202,3 +202,46 @@ def test_offset_outliers_are_clipped_and_gaps_are_tolerated():
     assert [g.members for g in group(d, 0.2, offset_series=o)] == truth
     with pytest.raises(ValueError, match="offset series"):
         group(d, 0.2, offset_series={v: s[:-1] for v, s in o.items()})
+
+
+def test_components_change_nothing_but_the_work(monkeypatch):
+    # The greedy merges run per component of VMs that cannot merge across (drift ranges far
+    # apart): the same groups, and confidences to rounding (the tests' matrix products run
+    # on other batches of rows), as one greedy over all VMs, on
+    # hosts far apart and close (0.05 ppm, 0), with missing windows, a late VM and offsets.
+    from agents import collocation
+    cases = []
+    for seed in range(6):
+        s, _ = _series(seed, n_hosts=10, per_host=3, n_windows=(8, 20, 40)[seed % 3],
+                       close_ppm=(0.05, 0.0)[seed % 2])
+        rng = np.random.default_rng(seed)
+        for v in list(s)[1::4]:
+            s[v] = np.where(rng.random(s[v].size) < 0.3, np.nan, s[v])
+        s["late"] = np.r_[np.full(s["vm01"].size - 3, np.nan), s["vm01"][-3:]]
+        offsets = {v: np.cumsum(np.nan_to_num(x)) * 2000 + rng.normal(0, 100, x.size)
+                   for v, x in s.items()}
+        cases += [((s, 0.02), {}), ((s, 0.02), {"offset_series": offsets,
+                                                "offset_sigma_ns": 150.0})]
+    split = [collocation._components(*_singles(s, 0.02)) for (s, _), _ in cases]
+    # hosts far apart are components of their own (fewer where missing windows move the
+    # common mode by a host's drift)
+    assert max(c.max() for c in split) >= 8, [c.max() for c in split]
+    got = [collocation.group(*a, **kw) for a, kw in cases]
+    monkeypatch.setattr(collocation, "_components", lambda single, nv, s2, alpha:
+                        np.zeros(nv, dtype=int))
+    want = [collocation.group(*a, **kw) for a, kw in cases]
+    assert [[g.members for g in gs] for gs in got] == [[g.members for g in gs] for gs in want]
+    assert [g.confidence for gs in got for g in gs] == pytest.approx(
+        [g.confidence for gs in want for g in gs], rel=1e-12, abs=1e-15)
+
+
+def _singles(s, sigma):
+    """``_components``' arguments for series ``s``: one VM per row, s2 = sigma**2."""
+    from agents.collocation import _Cluster, _row_nanmedian, _Stack
+    x = np.vstack([s[v] for v in sorted(s)])
+    fin = np.isfinite(x)
+    common = _row_nanmedian(x.T)
+    rows = _Stack.of([_Cluster([i], np.where(fin[i], x[i], 0.0), fin[i] * 1.0,
+                               np.zeros(x.shape[1]), np.zeros(x.shape[1]), common)
+                      for i in range(len(x))])
+    return rows, len(x), sigma ** 2, 1e-5
