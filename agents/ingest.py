@@ -231,7 +231,7 @@ class Inbox:
             return
         if k.min() != k.max():
             order = np.argsort(k, kind="stable")  # by window, arrival order kept within
-            dst, src, rows, k = dst[order], src[order], rows[order], k[order]
+            dst, src, rows, k = dst[order], src[order], np.take(rows, order, axis=0), k[order]
         bounds = np.flatnonzero(np.r_[True, k[1:] != k[:-1], True])
         for i, j in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
             kk = int(k[i])
@@ -328,4 +328,5 @@ class Inbox:
                                                                   dst[sel[first]].tolist(),
                                                                   strict=True)]
         starts = starts_of(np.diff(np.r_[first, direction.size]))
-        return Records(dirs, starts, *(rows[sel, i] for i in range(4)))
+        # np.take: a 2-D fancy index gathers rows 6x slower (numpy 2.x)
+        return Records(dirs, starts, *np.take(rows, sel, axis=0).T.copy())

@@ -22,7 +22,7 @@ import numpy as np
 from agents import segments
 from agents.messages import OwdStats
 
-__all__ = ["asymmetry_us", "natural_key", "owd_many", "owd_stats"]
+__all__ = ["asymmetry_many", "asymmetry_us", "natural_key", "owd_many", "owd_stats"]
 
 
 def _ns(x, name: str) -> np.ndarray:
@@ -100,11 +100,33 @@ def asymmetry_us(owd: Mapping[str, OwdStats]) -> dict[str, float]:
         (``natural_key``: ``vm2|vm10``); > 0: a -> b is the slower direction. A pair is
         left out unless both directions have a median.
     """
-    out = {}
-    for key, ab in owd.items():
-        a, _, b = key.partition("->")
-        ba = owd.get(f"{b}->{a}")
-        if natural_key(a) < natural_key(b) and ba is not None and \
-                ab.p50_us is not None and ba.p50_us is not None:
-            out[f"{a}|{b}"] = ab.p50_us - ba.p50_us
-    return dict(sorted(out.items(), key=lambda kv: [natural_key(v) for v in kv[0].split("|")]))
+    ends = [key.partition("->")[::2] for key in owd]
+    names = sorted({v for ab in ends for v in ab})
+    index = {v: i for i, v in enumerate(names)}
+    return asymmetry_many(names, np.array([index[a] for a, _ in ends], dtype=np.int64),
+                          np.array([index[b] for _, b in ends], dtype=np.int64),
+                          np.array([np.nan if s.p50_us is None else s.p50_us
+                                    for s in owd.values()], dtype=np.float64))
+
+
+def asymmetry_many(names: list[str], src: np.ndarray, dst: np.ndarray, p50_us: np.ndarray
+                   ) -> dict[str, float]:
+    """``asymmetry_us`` of directions given as arrays: direction i goes from VM
+    ``names[src[i]]`` to ``names[dst[i]]`` (each direction once) with median OWD
+    ``p50_us[i]`` (NaN: none); the same dict, in the same order."""
+    if not src.size:
+        return {}
+    n = len(names)
+    key = src * n + dst
+    order = np.argsort(key)
+    pos = np.searchsorted(key[order], dst * n + src)
+    back = order[np.minimum(pos, key.size - 1)]
+    nat = np.empty(n, dtype=np.int64)
+    nat[sorted(range(n), key=lambda i: natural_key(names[i]))] = np.arange(n)
+    use = np.flatnonzero((pos < key.size) & (key[back] == dst * n + src)
+                         & (nat[src] < nat[dst]) & np.isfinite(p50_us)
+                         & np.isfinite(p50_us[back]))
+    use = use[np.lexsort((nat[dst[use]], nat[src[use]]))]
+    diff = p50_us[use] - p50_us[back[use]]
+    return {f"{names[a]}|{names[b]}": d for a, b, d in zip(
+        src[use].tolist(), dst[use].tolist(), diff.tolist(), strict=True)}
