@@ -223,6 +223,29 @@ class PairFits(NamedTuple):
         return self.offset_ns + self.drift_ppm * 1e-6 * dt
 
 
+_PRUNE_AFTER = 2  # steps of ``_max_margin_many`` before it drops the probes that cannot bind
+
+
+def _can_bind(x: np.ndarray, y: np.ndarray, starts: np.ndarray, seg: np.ndarray,
+              lo: np.ndarray, hi: np.ndarray, best: np.ufunc
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The points ``(x, y)`` of each segment that can be the ``best`` (``np.minimum``: the
+    least, ``np.maximum``: the greatest) of ``y - m * x`` for a slope ``m`` in the segment's
+    bracket ``[lo, hi]``: ``(x, y, starts, seg)`` of those, in order. ``y - m * x`` is
+    monotone in ``m`` (in floats too), so a point whose value at either end of the bracket
+    is worse than some point's value at both ends never is the best, nor ties with it: the
+    ``piece`` of ``_max_margin_many`` finds the same points, and the same first one."""
+    at_lo, at_hi = y - lo[seg] * x, y - hi[seg] * x
+    if best is np.minimum:
+        keep = np.minimum(at_lo, at_hi) <= np.minimum.reduceat(np.maximum(at_lo, at_hi),
+                                                               starts[:-1])[seg]
+    else:
+        keep = np.maximum(at_lo, at_hi) >= np.maximum.reduceat(np.minimum(at_lo, at_hi),
+                                                               starts[:-1])[seg]
+    seg = seg[keep]
+    return x[keep], y[keep], segments.starts_of(np.bincount(seg, minlength=starts.size - 1)), seg
+
+
 def _max_margin_many(xu: np.ndarray, yu: np.ndarray, us: np.ndarray, xl: np.ndarray,
                      yl: np.ndarray, ls: np.ndarray, m_bound: float
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -248,9 +271,12 @@ def _max_margin_many(xu: np.ndarray, yu: np.ndarray, us: np.ndarray, xl: np.ndar
     active = ~at_hi & ~at_lo
     tol = m_bound * 4e-16 + 1e-12
     with np.errstate(divide="ignore", invalid="ignore"):
-        for _ in range(200):  # a few steps; the cap only guards float corner cases
+        for step_no in range(200):  # a few steps; the cap only guards float corner cases
             if not active.any():
                 break
+            if step_no == _PRUNE_AFTER:  # the slopes are bracketed: drop what cannot bind
+                xu, yu, us, useg = _can_bind(xu, yu, us, useg, lo, hi, np.minimum)
+                xl, yl, ls, lseg = _can_bind(xl, yl, ls, lseg, lo, hi, np.maximum)
             step = (a_hi - a_lo) / (s_lo - s_hi)
             step = np.where((lo < step) & (step < hi), step, 0.5 * (lo + hi))
             m = np.where(active, step, m)

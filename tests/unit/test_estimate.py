@@ -253,6 +253,33 @@ def test_max_margin_solver_equals_linprog():
         assert c == pytest.approx(res.x[0], abs=1e-6)
 
 
+def test_dropping_probes_that_cannot_bind_changes_no_float(monkeypatch):
+    # Many pairs at once (as the coordinator fits a window), with and without dropping the
+    # probes that cannot bind once the slopes are bracketed: the same floats, bit for bit,
+    # and most probes dropped (the test would pass trivially if none were).
+    from agents import estimate, segments
+    rng = np.random.default_rng(5)
+    n_u, n_l = rng.integers(3, 120, 300), rng.integers(3, 120, 300)
+    us, ls = segments.starts_of(n_u), segments.starts_of(n_l)
+    c0, m0 = rng.uniform(-100, 100, 300), rng.uniform(-5e4, 5e4, 300)
+    xu, xl = rng.uniform(-1, 1, us[-1]), rng.uniform(-1, 1, ls[-1])
+    yu = (c0 + 5)[segments.ids(us)] + m0[segments.ids(us)] * xu + rng.exponential(50, us[-1])
+    yl = (c0 - 5)[segments.ids(ls)] + m0[segments.ids(ls)] * xl - rng.exponential(50, ls[-1])
+    kept = []
+    can_bind = estimate._can_bind
+
+    def spy(x, *args):
+        out = can_bind(x, *args)
+        kept.append(out[0].size / x.size)
+        return out
+    monkeypatch.setattr(estimate, "_can_bind", spy)
+    pruned = estimate._max_margin_many(xu, yu, us, xl, yl, ls, 1e6)
+    monkeypatch.setattr(estimate, "_PRUNE_AFTER", 10 ** 9)
+    full = estimate._max_margin_many(xu, yu, us, xl, yl, ls, 1e6)
+    assert all(np.array_equal(a, b) for a, b in zip(pruned, full, strict=True))
+    assert len(kept) == 2 and max(kept) < 0.5
+
+
 def test_fit_pair_errors_are_clear():
     rng = np.random.default_rng(6)
     a, b = _clock(rng, "a"), _clock(rng, "b")
