@@ -7,7 +7,8 @@ coordinator, side by side in one run, on the same synthetic agent reports with k
 
 The feed: ``--vms`` VMs on ``vms // 4`` physical hosts (base drifts uniform in +-50 ppm, a
 0.1 ppm wander of period 20-200 s, offsets +-10 ms), each probing ``--peers`` random peers
-at ``--rate`` coded pairs/s and probed back by them (as the agents do), with the delay model
+at ``--rate`` coded pairs/s and probed back by them (as the agents do; pair ids numbered per
+sender in send order from a random start, as an agent numbers them), with the delay model
 of ``tests/synthetic.py`` (20 us minimum, exponential queueing, 20 % impure pairs); each VM's
 report every 0.5 s as the JSON line an agent sends. It is made once per size, vectorised, and
 written to temporary files in both forms of the records: JSON rows (``nslab.report/1``) and
@@ -109,14 +110,22 @@ def make_feed(path: str, vms: int, seconds: float, rate: float, peers: int, seed
     per_rx: dict[str, list] = {v: [] for v in names}   # per receiver: (src, chunk, rows)
     total = 0
     for src in names:
-        for dst in sorted(graph[src]):
-            ts = T0_NS + int(rng.uniform(0, 1 / rate) * S) + np.arange(n_pairs) * int(S / rate)
+        dsts = sorted(graph[src])
+        first = T0_NS + (rng.uniform(0, 1 / rate, len(dsts)) * S).astype(np.int64)
+        # pair ids as an agent numbers its pairs: one counter over all its peers, in send
+        # order, from a random start (agents/native/probeio.c, pair_seq)
+        sends = (first[:, None] + np.arange(n_pairs) * int(S / rate)).ravel()
+        pids = np.empty(sends.size, np.int64)
+        pids[np.argsort(sends, kind="stable")] = (int(rng.integers(0, 2 ** 32))
+                                                   + np.arange(sends.size)) % 2 ** 32
+        for i, dst in enumerate(dsts):
+            ts = sends[i * n_pairs:(i + 1) * n_pairs]
             common = rng.exponential(QUEUE_NS, n_pairs)
             tx = np.stack([ts, ts + PAIR_GAP_NS], axis=1)
             q = common[:, None] + rng.exponential(JITTER_NS, (n_pairs, 2))
             q[:, 1] += np.where(rng.random(n_pairs) < 0.2, rng.exponential(QUEUE_NS, n_pairs), 0)
             rx = tx + DMIN_NS + q.astype(np.int64)
-            pid = rng.integers(0, 2 ** 32, n_pairs)
+            pid = pids[i * n_pairs:(i + 1) * n_pairs]
             rows = np.stack([np.repeat(pid, 2), np.tile([0, 1], n_pairs),
                              _vm_ns(specs[src], tx.ravel()), _vm_ns(specs[dst], rx.ravel())],
                             axis=1)
