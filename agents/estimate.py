@@ -499,8 +499,7 @@ def ntp_many(p: Probes, filter_n: np.ndarray, t_ref_ns: np.ndarray | None = None
     ks = segments.starts_of(np.bincount(kseg, minlength=nf.size))
     n = np.diff(ks)
     ok = (n >= 2) & (x[ks[:-1]] != x[ks[1:] - 1])  # x is sorted within pairs
-    srt = segments.sort(off, kseg)
-    so = off[srt]
+    so = segments.sorted_values(off, ks, kseg)
     mid = ks[:-1] + n // 2
     y0 = np.where(n % 2 == 1, so[mid], (so[np.maximum(mid - 1, ks[:-1])] + so[mid]) / 2)
     y = off - y0[kseg]

@@ -76,7 +76,7 @@ def owd_many(tx: np.ndarray, rx: np.ndarray, starts: np.ndarray, offset_ns: np.n
     corr = (offset_ns - base)[seg] + drift_ppm[seg] * 1e-6 * (tx - t_ref_ns[seg]).astype(
         np.float64)
     owd_us = (raw - corr) / 1e3
-    owd_us = owd_us[segments.sort(owd_us, seg)]
+    owd_us = segments.sorted_values(owd_us, starts, seg)
     return (owd_us[starts[:-1]], segments.percentile(owd_us, starts, 50),
             segments.percentile(owd_us, starts, 99))
 
