@@ -200,7 +200,7 @@ class Coordinator:
                 self.latest = res
                 self.history.append(res)
                 self.series.append(res)
-                self.inbox.offsets_ns.update((v, e.offset_ns) for v, e in res.est.items())
+                self.inbox.set_offsets({v: e.offset_ns for v, e in res.est.items()})
                 with self.blas.limit(limits=1, user_api="blas"):
                     self._collocation()
                 done += 1

@@ -93,13 +93,17 @@ class Inbox:
         self.cell_rows: dict[int, np.ndarray] = {}  # window -> rows per receiver (_MAX_VMS,)
         self.pending: list[tuple] = []
         """Reports' rows not yet in ``buf``, put in windows all at once when a window may
-        close: ``(rows, counts, senders, by_tx, shift, own, receiver)``, per sender lists
-        (``add``)."""
+        close: ``(rows, counts, senders, by_tx, shift, own, receiver)``, per sender (arrays,
+        counts a list; ``add``)."""
         self.pending_rows = 0
         self.names: list[str] = []
         self.index: dict[str, int] = {}
         self.offsets_ns: dict[str, float] = {}
-        """VM -> its latest estimated offset to the reference VM, ns."""
+        """VM -> its latest estimated offset to the reference VM, ns (``set_offsets``)."""
+        self._offsets = np.zeros(_MAX_VMS)  # the same by VM index
+        self._senders: dict[tuple, tuple] = {}
+        """(receiver, its report's senders) -> per sender its VM index, whether it is the
+        pair's first VM, that VM's index and whether it is the receiver (``add``)."""
         self.next_window: int | None = None
 
     def vm(self, name: str) -> AgentInfo:
@@ -152,18 +156,28 @@ class Inbox:
                 senders += msg.rx_packed.senders
                 counts += msg.rx_packed.counts
                 parts.append(arr)
-        for src in senders:
-            self.vm(src)
+        # per sender: its VM index, whether it is the pair's first VM (whose clock, tx or rx,
+        # puts the rows in windows), that VM's offset now, and whether it is this VM itself
+        # (its own records are bad); per row in _flush. An agent's senders are the same
+        # report after report: worked out once.
+        key = (vm.name, *senders)
+        per_sender = self._senders.get(key)
+        if per_sender is None:
+            for src in senders:
+                self.vm(src)
+            if len(self._senders) >= _MAX_VMS:
+                self._senders.clear()
+            per_sender = self._senders[key] = (
+                np.array([self.index[x] for x in senders], dtype=np.int64),
+                np.array([x < vm.name for x in senders], dtype=bool),
+                np.array([self.index[min(x, vm.name)] for x in senders], dtype=np.int64),
+                np.array([x == vm.name for x in senders], dtype=bool))
         n = sum(counts)
         if not n:
             return vm.name
-        # per sender: its VM index, whether it is the pair's first VM (whose clock, tx or rx,
-        # puts the rows in windows), that VM's offset now, and whether it is this VM itself
-        # (its own records are bad); per row in _flush
+        src_i, by_tx, first_i, own = per_sender
         self.pending.append((np.concatenate(parts) if len(parts) > 1 else parts[0], counts,
-                             [self.index[x] for x in senders], [x < vm.name for x in senders],
-                             [self.offsets_ns.get(min(x, vm.name), 0.0) for x in senders],
-                             [x == vm.name for x in senders], self.index[vm.name]))
+                             src_i, by_tx, self._offsets[first_i], own, self.index[vm.name]))
         self.pending_rows += n
         if self.pending_rows > _MAX_PENDING:
             self._flush()
@@ -208,8 +222,8 @@ class Inbox:
         rows = np.concatenate([c[0] for c in chunks])
         counts = np.fromiter(chain.from_iterable(c[1] for c in chunks), np.int64)
         per_row = np.repeat(np.arange(counts.size), counts)
-        src, by_tx, shift, own = (np.array(list(chain.from_iterable(c[i] for c in chunks)))[
-            per_row] for i in range(2, 6))
+        src, by_tx, shift, own = (np.concatenate([c[i] for c in chunks])[per_row]
+                                  for i in range(2, 6))
         dst = np.repeat([c[6] for c in chunks], [len(c[1]) for c in chunks])[per_row]
         bad = own | (rows[:, 1] < 0) | (rows[:, 1] > 1)
         if bad.any():
@@ -253,6 +267,12 @@ class Inbox:
                 n = np.bincount(dst[sel], minlength=_MAX_VMS)
             cell += n
             self.buf.setdefault(kk, []).append((dst[sel], src[sel], rows[sel]))
+
+    def set_offsets(self, offsets_ns: dict[str, float]) -> None:
+        """Update the VMs' offsets to the reference VM, ns (``offsets_ns``)."""
+        self.offsets_ns.update(offsets_ns)
+        for v, x in offsets_ns.items():
+            self._offsets[self.index[v]] = x
 
     def _lateness_s(self) -> float:
         if self.lateness_s is not None:
