@@ -142,6 +142,7 @@ class Coordinator:
         self.first_k: dict[str, int] = {}  # each VM's first window with an estimate
         self.groups: list = []
         self.groups_windows = 0
+        self._cols: dict[int, tuple] = {}  # window -> its columns of the series (_columns)
         # the windows' linear algebra runs on one BLAS thread: its matrices are small (a few
         # hundred nodes), where OpenBLAS's threads spin on a loaded machine: a Cholesky and
         # inverse of 255 nodes took 66 ms of CPU with them against 5 ms on one thread
@@ -253,22 +254,43 @@ class Coordinator:
     # ---- collocation (step 6) ----------------------------------------------------------
     def _collocation(self) -> None:
         wins = list(self.series)
-        names = sorted({v for w in wins for v in w.est})
-        if not wins or not names:
+        if not wins:
             return
-        series = {v: np.array([w.est[v].drift_ppm if v in w.est else np.nan for w in wins])
-                  for v in names}
-        offsets = {v: _latest_run([w.est[v].offset_ns if v in w.est else np.nan
-                                   for w in wins], [w.k for w in wins]) for v in names}
+        cols = [self._columns(w) for w in wins]
+        names = np.unique(np.concatenate([c[0] for c in cols]))
+        if not names.size:
+            return
+        drift = np.full((names.size, len(wins)), np.nan)
+        offset = np.full((names.size, len(wins)), np.nan)
+        for j, (vms, d, o) in enumerate(cols):
+            at = np.searchsorted(names, vms)
+            drift[at, j], offset[at, j] = d, o
+        offset = _latest_run(offset, [w.k for w in wins])
+        names = names.tolist()
         recent = [e for w in wins[-10:] for e in w.est.values()]
         try:
-            self.groups = group(series, max(_median_positive(
-                [e.drift_sigma_ppm for e in recent]), 0.01), offset_series=offsets,
+            self.groups = group(dict(zip(names, drift, strict=True)), max(_median_positive(
+                [e.drift_sigma_ppm for e in recent]), 0.01),
+                offset_series=dict(zip(names, offset, strict=True)),
                 offset_sigma_ns=max(_median_positive([e.offset_sigma_ns for e in recent]),
                                     OFFSET_FLOOR_NS))
             self.groups_windows = len(wins)
         except ValueError as e:
             log.warning("collocation failed: %s", e)
+
+    def _columns(self, w: WindowResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Window ``w``'s VMs (sorted), their own drifts (ppm) and offsets (ns): worked out
+        once per window while it is in the series."""
+        col = self._cols.get(w.k)
+        if col is None:
+            vms = sorted(w.est)
+            col = self._cols[w.k] = (np.array(vms, dtype=str),
+                                     np.array([w.est[v].drift_ppm for v in vms]),
+                                     np.array([w.est[v].offset_ns for v in vms]))
+            keep = {x.k for x in self.series}
+            for k in [k for k in self._cols if k not in keep]:
+                del self._cols[k]
+        return col
 
     # ---- API documents -----------------------------------------------------------------
     def _vm_state(self, name: str, vm: AgentInfo | None) -> VmState:
@@ -338,14 +360,13 @@ def _median_positive(xs: list[float]) -> float:
     return float(np.median(ok)) if ok else 0.0
 
 
-def _latest_run(values: list[float], ks: list[int]) -> np.ndarray:
-    """``values`` (one per window ``ks``) with NaN before the latest run of consecutive
-    windows that all have a value: a clock step leaves its window without an estimate, so
-    the run holds continuous offsets only."""
-    out = np.array(values, dtype=np.float64)
-    start = len(out)
-    while start > 0 and np.isfinite(out[start - 1]) and (
-            start == len(out) or ks[start] == ks[start - 1] + 1):
-        start -= 1
-    out[:start] = np.nan
-    return out
+def _latest_run(values: np.ndarray, ks: list[int]) -> np.ndarray:
+    """``values``, shape (VMs, windows ``ks``), with NaN in each row before its latest run
+    of consecutive windows that all have a value: a clock step leaves its window without an
+    estimate, so the run holds continuous offsets only."""
+    # a window ends the run before it when it has no value or the next window is not k + 1
+    ends = ~np.isfinite(values)
+    ends[:, :-1] |= (np.diff(np.asarray(ks)) != 1)[None, :]
+    last = values.shape[1] - 1 - np.argmax(ends[:, ::-1], axis=1)
+    start = np.where(ends.any(axis=1), last + 1, 0)
+    return np.where(np.arange(values.shape[1]) < start[:, None], np.nan, values)

@@ -7,6 +7,7 @@ import time
 import urllib.error
 import urllib.request
 
+import numpy as np
 import pytest
 from synthetic import T0_NS as T0
 from synthetic import S, simulate
@@ -329,3 +330,16 @@ def test_tcp_reports_and_http_api():
         assert e.value.code == 404
     finally:
         svc.stop()
+
+
+def test_latest_run_keeps_each_vms_last_continuous_offsets():
+    from agents.coordinator import _latest_run
+    nan = np.nan
+    values = np.array([[1.0, 2.0, 3.0, 4.0, 5.0],     # all: cut by the missing window 12
+                       [1.0, nan, 3.0, 4.0, 5.0],     # a clock step at window 11
+                       [1.0, 2.0, 3.0, 4.0, nan],     # no value in the newest window
+                       [nan, nan, nan, nan, nan]])
+    got = _latest_run(values, [10, 11, 13, 14, 15])   # window 12 missing
+    assert np.array_equal(got, [[nan, nan, 3.0, 4.0, 5.0], [nan, nan, 3.0, 4.0, 5.0],
+                                [nan] * 5, [nan] * 5], equal_nan=True)
+    assert np.array_equal(_latest_run(values[:1], [1, 2, 3, 4, 5]), values[:1])
