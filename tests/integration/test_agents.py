@@ -12,6 +12,7 @@ loaded CI machine.
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -88,13 +89,14 @@ def check_report_series(doc: dict, tmp_path) -> None:
                                                               abs=1e-6)
     # the load's TCP flow into vm1 (quickstart: vm5 -> vm1, 6-10 s) seen twice: iperf3's
     # goodput at the receiver, and vm1's downlink utilization from its qdisc's counters
-    # (Ethernet headers counted: TCP goodput tops out at 95.6 % of the rate)
+    # (Ethernet headers counted: TCP goodput tops out at 95.6 % of the rate); the median of
+    # the samples, as iperf3 may start a second late on a loaded machine (seen: 0.0 at 7 s)
     flow = doc["load"][0]
     fid = doc["lab"]["fidelity"]["series"]
     during = [u for t, u in zip(fid["t_s"], fid["links"][f"leaf1->{flow['dst']}"], strict=True)
               if flow["at_s"] + 1 <= t <= flow["at_s"] + flow["duration_s"] and u is not None]
     assert len(during) >= 4, fid
-    assert abs(sum(during) / len(during) * 100 * 0.956 - flow["mbit"]) < 20, (during, flow)
+    assert abs(statistics.median(during) * 100 * 0.956 - flow["mbit"]) < 20, (during, flow)
     out = tmp_path / "q.html"
     assert subprocess.run([*NSLAB, "report", str(tmp_path / "q.json"), "--html", str(out)],
                           capture_output=True, timeout=60).returncode == 0
