@@ -177,8 +177,10 @@ def best_rotation(circles: Sequence[Circle], capacity: float, step_s: float | No
     """The rotation of the jobs on one link with the highest compatibility score.
 
     Job 0 stays at 0; every other job j is tried at every shift ``0, step_s, 2 step_s, ...``
-    below its iteration time (exhaustive over the grid's product; ties go to the smallest
-    shifts, in order). Cost: candidates x unified bins.
+    below its iteration time (exhaustive over the grid's product). Among rotations of equal
+    score it takes the one deepest inside their set (``_deepest``: most grid steps from any
+    worse rotation, so a job that runs a little early or late keeps the score; then the
+    smallest shifts, in order). Cost: candidates x unified bins.
 
     Args:
         circles: the jobs' circles, one resolution.
@@ -202,15 +204,29 @@ def best_rotation(circles: Sequence[Circle], capacity: float, step_s: float | No
                          f"{max_candidates}; use a coarser step_s")
     tiled0 = circles[0].on(total)
     rest = [[c.on(total, s) for s in g] for c, g in zip(circles[1:], grids, strict=True)]
-    best_excess, best = math.inf, (0,) * len(grids)
+    excess = np.empty([len(g) for g in grids])
     for combo in itertools.product(*(range(len(g)) for g in grids)):
         load = tiled0 + sum((rest[j][k] for j, k in enumerate(combo)), np.zeros(total))
-        e = float(np.maximum(load - capacity, 0.0).sum())
-        if e < best_excess - 1e-9 * capacity:
-            best_excess, best = e, combo
+        excess[combo] = np.maximum(load - capacity, 0.0).sum()
+    least = float(excess.min())
+    best = _deepest(excess <= least + 1e-9 * capacity)
     shifts = (0.0,) + tuple(g[k] * res for g, k in zip(grids, best, strict=True))
-    return Rotation(score=1.0 - best_excess / (total * capacity), shifts_s=shifts,
+    return Rotation(score=1.0 - least / (total * capacity), shifts_s=shifts,
                     perimeter_s=total * res)
+
+
+def _deepest(best: np.ndarray) -> tuple[int, ...]:
+    """The first cell (C order) of the last non-empty erosion of the boolean grid ``best``:
+    each step keeps the cells whose neighbours one step along every axis (circularly: a
+    shift wraps around its job's iteration) are kept too."""
+    while True:
+        inner = best.copy()
+        for axis in range(best.ndim):
+            for d in (1, -1):
+                inner &= np.roll(best, d, axis=axis)
+        if not inner.any() or inner.all():
+            return tuple(int(i) for i in np.argwhere(best)[0])
+        best = inner
 
 
 def job_shifts(links: Mapping[Hashable, Mapping[Hashable, float]],

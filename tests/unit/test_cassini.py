@@ -62,6 +62,18 @@ def test_incompatible_pair_best_overlap_known():
     assert score([a, b], [0, 0], C) == pytest.approx(0.4)  # fully aligned: 6 s of excess
 
 
+def test_ties_go_to_the_rotation_deepest_inside_the_best_ones():
+    # period 10 s, 4 s of communication each: b fits anywhere in [4, 6]; 5 s leaves 1 s on
+    # either side (the smallest fitting shift, 4, would touch a's arc)
+    a = arc(10, 4)
+    rot = best_rotation([a, a], C)
+    assert rot.score == pytest.approx(1.0) and rot.shifts_s == (0.0, 5.0)
+    assert [s for s in range(10) if score([a, a], [0, s], C) == pytest.approx(1.0)] == [4, 5, 6]
+    # every rotation fits: no deeper one, the smallest shifts
+    half = arc(10, 10, bw=C / 2)
+    assert best_rotation([half, half], C).shifts_s == (0.0, 0.0)
+
+
 def test_three_jobs_interleave_on_one_link():
     # three jobs of period 12 s, 4 s of communication each: rotations 0, 4, 8 tile the circle
     circles = [arc(12, 4)] * 3
