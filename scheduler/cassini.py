@@ -29,6 +29,9 @@ The model, with times in seconds and demands in any bandwidth unit shared with t
   walk from a root job at 0 gives link l the reference ``T_j - t_j^l`` and the next job k on
   it ``T_k = ref_l + t_k^l``. The shifts are unique when the graph has no loop; ``job_shifts``
   refuses a graph with one (CASSINI then discards that placement candidate).
+* A job's *clearance* (``clearance``): how much later than its shift it can run before the
+  score falls; a job later than that for a slot is better off waiting for its next one
+  (``workloads.schedule``). Not in the paper: our enforcement's tolerance.
 """
 from __future__ import annotations
 
@@ -39,7 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Circle", "Rotation", "best_rotation", "job_shifts", "score", "unified_perimeter"]
+__all__ = ["Circle", "Rotation", "best_rotation", "clearance", "job_shifts", "score",
+           "unified_perimeter"]
 
 DEFAULT_RESOLUTION_S = 0.01
 MAX_CANDIDATES = 200_000
@@ -227,6 +231,25 @@ def _deepest(best: np.ndarray) -> tuple[int, ...]:
         if not inner.any() or inner.all():
             return tuple(int(i) for i in np.argwhere(best)[0])
         best = inner
+
+
+def clearance(circles: Sequence[Circle], shifts_s: Sequence[float], capacity: float,
+              job: int) -> float:
+    """How much later than its shift job ``job`` can run, the others on theirs, before the
+    compatibility score falls: the largest delay d (whole bins, below its iteration time)
+    such that every delay in [0, d] keeps ``score(circles, shifts_s, capacity)``, s.
+
+    Raises:
+        ValueError: as ``score``.
+    """
+    res = _same_resolution(circles)
+    at = score(circles, shifts_s, capacity)
+    later = list(shifts_s)
+    for d in range(1, circles[job].bins):
+        later[job] = shifts_s[job] + d * res
+        if score(circles, later, capacity) < at - 1e-9:
+            return (d - 1) * res
+    return (circles[job].bins - 1) * res
 
 
 def job_shifts(links: Mapping[Hashable, Mapping[Hashable, float]],

@@ -12,7 +12,8 @@ of the lab.
   margin, rounded up to a quantum so the unified circle (LCM) stays short; in ``plan``, jobs
   whose iteration plus margin reaches the longest iteration take the longest slot.
 * ``plan``: circles on the slots (compute arc down, collective arc up), the best rotation on
-  the shared link (``cassini.best_rotation``) and the shifts per job.
+  the shared link (``cassini.best_rotation``), the shifts per job and how late each may start
+  a slot before its collective meets another's (``cassini.clearance``).
 """
 from __future__ import annotations
 
@@ -20,7 +21,14 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scheduler.cassini import DEFAULT_RESOLUTION_S, Circle, best_rotation, job_shifts, score
+from scheduler.cassini import (
+    DEFAULT_RESOLUTION_S,
+    Circle,
+    best_rotation,
+    clearance,
+    job_shifts,
+    score,
+)
 from workloads.stats import percentiles
 
 
@@ -92,6 +100,10 @@ class Plan:
         perimeter_s: the unified circle's perimeter, s.
         slots_s: job -> slot period, s.
         shifts_s: job -> time shift, s, in [0, slot).
+        late_s: job -> its clearance at the rotation (``cassini.clearance``): how much later
+            than its slot it can start without lowering the score, s; a job later than that
+            waits for its next slot, restoring the rotation. None when no delay keeps the
+            score (the set never fits: nothing to restore, a late job starts at once).
     """
 
     score: float
@@ -99,6 +111,7 @@ class Plan:
     perimeter_s: float
     slots_s: dict[str, float]
     shifts_s: dict[str, float]
+    late_s: dict[str, float | None]
 
 
 def plan(profiles: Mapping[str, Profile], capacity_mbit: float, margin: float = 0.1,
@@ -125,4 +138,6 @@ def plan(profiles: Mapping[str, Profile], capacity_mbit: float, margin: float = 
     return Plan(score=rot.score, unshifted_score=score(circles, [0.0] * len(circles),
                                                        capacity_mbit),
                 perimeter_s=rot.perimeter_s, slots_s=slots,
-                shifts_s={n: float(shifts[n]) for n in names})
+                shifts_s={n: float(shifts[n]) for n in names},
+                late_s={n: clearance(circles, rot.shifts_s, capacity_mbit, j) or None
+                        for j, n in enumerate(names)})

@@ -5,7 +5,8 @@ Modes (results contract ``cassini.sets[].modes``):
 
     * ``fair``: the jobs together, back to back, sharing the link as TCP shares it;
     * ``shifted_synced``: on CASSINI's slots and shifts, each rank correcting its VM clock by
-      the agents' offset and drift estimates (``workloads.schedule``);
+      the agents' offset and drift estimates (``workloads.schedule``; a rank later for a slot
+      than its job's clearance, ``scheduler.plan.Plan.late_s``, waits for the next one);
     * ``shifted_raw``: the same slots read on the raw VM clocks (offsets and drift
       uncorrected);
     * ``unfair``: back to back as in ``fair``, but the k-th job of the set marks its packets
@@ -17,7 +18,8 @@ Modes (results contract ``cassini.sets[].modes``):
 Per mode and set: ``mean_iteration_s`` and ``p99_iteration_s`` over every iteration of every
 job of the set (an iteration counts as its slowest rank's), per job its p50 and p99, and
 ``comm_overlap``: how much the jobs' collectives met (``overlap_fraction``), in true time: the
-ranks' own VM-clock timestamps mapped through the lab's clock truth, which only the lab knows.
+ranks' own VM-clock timestamps mapped through the lab's clock truth, which only the lab knows;
+and ``skipped_slots``, the slots the jobs let pass.
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 START_AHEAD_S = 2.0
 """The slots' origin this far after launch: most meshes are up by then, and a rank that is
-not starts on the first slot it can still catch (``Schedule.first_slot``)."""
+not starts on the first slot it can still catch (``Schedule.next_slot``)."""
 ESTIMATE_WAIT_S = 10.0
 """How long the shifted_synced mode waits for the agents' offsets of the set's VMs, s (a
 state without them failed the mode once on a loaded machine)."""
@@ -119,7 +121,7 @@ def run_set(lab: Lab, spec: CassiniSpec, cset: CassiniSet, configs: Mapping[str,
              f" shifts {p.shifts_s}")
     entry = {"name": cset.name, "score": p.score, "unshifted_score": p.unshifted_score,
              "predicted_compatible": p.score >= spec.threshold, "perimeter_s": p.perimeter_s,
-             "slots_s": p.slots_s, "shifts_s": p.shifts_s,
+             "slots_s": p.slots_s, "shifts_s": p.shifts_s, "late_s": p.late_s,
              "profiles": {n: vars(profiles[n]) for n in names}, "error": None, "modes": {}}
     publish(entry)
     for mode in spec.modes:
@@ -144,7 +146,8 @@ def _run_mode(lab: Lab, spec: CassiniSpec, mode: str, p: planner.Plan,
         if mode == "unfair":
             cfg = cfg.model_copy(update={"dscp": (unfair_dscp(k),)})
         elif mode != "fair":
-            sched = {"start_ns": start, "period_s": p.slots_s[n], "shift_s": p.shifts_s[n]}
+            sched = {"start_ns": start, "period_s": p.slots_s[n], "shift_s": p.shifts_s[n],
+                     "late_s": p.late_s[n]}
             if mode == "shifted_synced":
                 est = offsets(st, vms[n], start)
                 if est is None:
@@ -158,8 +161,11 @@ def _run_mode(lab: Lab, spec: CassiniSpec, mode: str, p: planner.Plan,
         return failed(str(e))
     specs = lab.clocks.specs
     phases = [true_comm_phases(s, vms[n], specs) for n, s in zip(names, summaries, strict=True)]
+    skipped = sum(max((w or {}).get("skipped_slots", 0) for w in s.get("workers") or [{}])
+                  for s in summaries)
     return mode_entry(names, summaries) | {"comm_overlap": overlap_fraction(phases),
-                                           "comm_overlap_quarters": by_quarter(phases)}
+                                           "comm_overlap_quarters": by_quarter(phases),
+                                           "skipped_slots": skipped}
 
 
 def by_quarter(phases: Sequence[Sequence[tuple[int, int]]]) -> list[float | None]:

@@ -484,6 +484,9 @@ class CassiniMode(_Model):
         default_factory=list, description="comm_overlap in each quarter of the run (by the "
         "collectives' start, true time): how the interleaving held as the clocks drifted; "
         "null for a quarter without collectives")
+    skipped_slots: int | None = Field(None, description="slots the jobs let pass, being later "
+                                      "for them than their late_s (per job its slowest rank's "
+                                      "count, summed; 0 without slots)")
     error: str | None = Field(None, description="why the mode has no times")
 
 
@@ -508,6 +511,10 @@ class CassiniSet(_Model):
     perimeter_s: float | None = Field(None, description="unified circle's perimeter, s")
     slots_s: dict[str, float] | None = Field(None, description="per job: its slot period, s")
     shifts_s: dict[str, float] | None = Field(description="per job: its time shift, s")
+    late_s: dict[str, float | None] | None = Field(None, description="per job: its clearance, "
+                                                   "how much later than its slot it may start "
+                                                   "(later: it waits for the next slot), s; "
+                                                   "null: starts at once however late")
     profiles: dict[str, CassiniProfile] | None = Field(None, description="per job, alone")
     error: str | None = Field(None, description="why the set could not be planned")
     modes: dict[str, CassiniMode] = Field(description="fair, shifted_synced, shifted_raw, "

@@ -1,18 +1,18 @@
 """Iteration slots: a job starts its iterations on a schedule (CASSINI's time shift).
 
 A ``Schedule`` gives a job a grid of slots on a *reference clock*: slot k starts at
-``T_k = start_ns + (shift_s + k * period_s) * 1e9``, and iteration i (warmup included) starts
-no earlier than ``T_{k0 + i}``, where ``k0`` (``first_slot``) is the first slot the rank can
-still catch once its mesh is up: a job that took longer to start skips the slots it missed
-instead of running late for all of them (and losing its phase, the point of the shift).
+``T_k = start_ns + (shift_s + k * period_s) * 1e9``. Each iteration (warmup included) takes
+the next slot after the previous iteration's (``next_slot``) and starts no earlier than it; a
+rank later than ``late_s`` for that slot lets it pass and waits for the first one it can still
+catch (so does the first iteration, once the mesh is up), instead of running late for all the
+next ones and losing its phase, the point of the shift. A rank late by less starts at once.
 Each rank reads the reference time through its own VM clock: ``offsets_ns[rank]`` is that
 VM's clock minus the reference clock at ``start_ns`` and ``drifts_ppm[rank]`` its rate
 against the reference (what the agents estimate), so the slot on the VM clock is
 ``T_i + offset + drift * 1e-6 * (T_i - start_ns)`` and CASSINI's shifts hold across VMs.
 Without them a rank takes its raw VM clock for the reference (its offset and drift then move
-the slots). A rank that is late for a slot starts at once. Source of the
-mechanism: Rajasekaran et al., "CASSINI", NSDI 2024, section 4 (a job's iterations are
-delayed by its time shift).
+the slots). Source of the mechanism: Rajasekaran et al., "CASSINI", NSDI 2024, section 4 (a
+job's iterations are delayed by its time shift); ``late_s`` is ours.
 """
 from __future__ import annotations
 
@@ -44,6 +44,9 @@ class Schedule(BaseModel):
                                   "clocks)")
     drifts_ppm: list[float] = Field(default_factory=list, description="per rank: its VM "
                                     "clock's rate minus the reference clock's, ppm (empty: 0)")
+    late_s: float | None = Field(None, ge=0, le=3600, description="a rank later than this "
+                                 "for a slot waits for the next one it can catch, s (null: it "
+                                 "starts at once however late)")
 
     def slot_ns(self, iteration: int, rank: int) -> int:
         """Start of ``iteration``'s slot on rank ``rank``'s VM clock, ns."""
@@ -60,6 +63,16 @@ class Schedule(BaseModel):
         while self.slot_ns(k, rank) < now_ns:  # drift: at most a step or two
             k += 1
         return k
+
+    def next_slot(self, now_ns: int, rank: int, last: int | None) -> int:
+        """The slot of rank ``rank``'s next iteration at ``now_ns`` (its VM clock): the one
+        after ``last`` (the previous iteration's; None: none yet, the first one it can catch),
+        unless the rank is later than ``late_s`` for it: then the first slot it is not later
+        than ``late_s`` for (with ``late_s`` None: the one after ``last`` however late)."""
+        if last is not None and self.late_s is None:
+            return last + 1
+        catch = self.first_slot(now_ns - round((self.late_s or 0.0) * 1e9), rank)
+        return catch if last is None else max(last + 1, catch)
 
 
 def wait_until(clock: NowNs, target_ns: int) -> float:

@@ -22,7 +22,8 @@ writes it to ``--json PATH`` if given. Fields (units in the names):
     timed iteration start and last end), elapsed_s, iteration_s / wait_s / compute_s / comm_s
     (one per timed iteration, seconds; an iteration is its slot wait, compute and collective),
     comm_start_ns (one per timed iteration: the collective's start, VM clock), first_slot (the
-    schedule's slot of the first iteration, ``Schedule.first_slot``; None without a schedule),
+    schedule's slot of the first iteration, ``Schedule.next_slot``; None without a schedule),
+    skipped_slots (slots the timed iterations let pass, later than the schedule's ``late_s``),
     verified (bool), error (None or a message starting "rank R: "), error_kind (None, config,
     unreachable, peer_lost, timeout, terminated, verify, internal), flows (the TCP
     connections: peer, conn, local, remote, initiator, dscp), balancer (none, ethereal, reps),
@@ -109,6 +110,7 @@ def base_document(cfg: WorkerConfig) -> dict:
         "dscp": list(job.dscp), "seed": job.seed, "clock": None, "connect_s": None,
         "start_ns": None, "end_ns": None, "elapsed_s": None, "iteration_s": [], "wait_s": [],
         "compute_s": [], "comm_s": [], "comm_start_ns": [], "first_slot": None,
+        "skipped_slots": 0,
         "verified": False, "error": None, "error_kind": None, "flows": [],
         "balancer": job.balancer, "lb": None, "tcp": None,
     }
@@ -177,8 +179,7 @@ def run_worker(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None =
             a, b = (rng.standard_normal((COMPUTE_MATRIX_N, COMPUTE_MATRIX_N)) for _ in range(2))
             out = np.empty_like(a)
             problem = None
-            if job.schedule is not None:
-                doc["first_slot"] = job.schedule.first_slot(clock.now_ns(), rank)
+            slot = None
             for i in range(job.warmup + job.iterations):
                 if time.monotonic() >= mesh.deadline:  # type: ignore[operator]
                     raise JobTimeoutError(f"rank {rank}: job timeout ({job.timeout_s} s) "
@@ -186,7 +187,13 @@ def run_worker(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None =
                 _poison(recvbuf)
                 t0 = tc = clock.now_ns()
                 if job.schedule is not None:
-                    wait_until(clock, job.schedule.slot_ns(doc["first_slot"] + i, rank))
+                    k = job.schedule.next_slot(t0, rank, slot)
+                    if slot is None:
+                        doc["first_slot"] = k
+                    elif k > slot + 1 and i >= job.warmup:
+                        doc["skipped_slots"] += k - slot - 1
+                    slot = k
+                    wait_until(clock, job.schedule.slot_ns(k, rank))
                     tc = clock.now_ns()
                 time.sleep(job.gpu_s)
                 compute(job.compute_units, a, b, out)

@@ -76,6 +76,21 @@ def test_first_slot_is_the_first_one_not_missed():
     assert sc.first_slot(19 * S + 9_000_000, 1) == 5 and sc.first_slot(19 * S, 1) == 4
 
 
+def test_next_slot_lets_a_slot_pass_when_later_than_late_s():
+    # slots at 11, 13, 15, ... s; a rank up to 0.5 s late starts at once, later it waits
+    sc = Schedule(start_ns=10 * S, period_s=2.0, shift_s=1.0, late_s=0.5)
+    assert sc.next_slot(10 * S, 0, None) == 0  # the first slot it can catch
+    assert sc.next_slot(11 * S + 400_000_000, 0, None) == 0  # 0.4 s late: at once
+    assert sc.next_slot(12 * S, 0, 0) == 1  # early for slot 1: waits for it
+    assert sc.next_slot(13 * S + 500_000_000, 0, 0) == 1  # 0.5 s late: at once
+    assert sc.next_slot(13 * S + 600_000_000, 0, 0) == 2  # later: slot 1 passes
+    assert sc.next_slot(17 * S + 600_000_000, 0, 0) == 4  # slots 1 to 3 pass
+    # without late_s, the slot after the last one however late
+    raw = sc.model_copy(update={"late_s": None})
+    assert raw.next_slot(17 * S + 600_000_000, 0, 0) == 1
+    assert raw.next_slot(11 * S + 1, 0, None) == 1  # but never a first slot already begun
+
+
 def test_scheduled_iterations_start_on_their_slots_of_the_vm_clock(tmp_path):
     # the VM clock is 3 s ahead of the reference (system) clock: with that offset the slots
     # hold in reference time; every iteration (warmup 1) starts on its own slot, not earlier
