@@ -31,6 +31,9 @@ from scheduler.cassini import (
 )
 from workloads.stats import percentiles
 
+FITS = 1e-9
+"""A rotation fits (no demand above the capacity) when its score is within this of 1."""
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -102,8 +105,9 @@ class Plan:
         shifts_s: job -> time shift, s, in [0, slot).
         late_s: job -> its clearance at the rotation (``cassini.clearance``): how much later
             than its slot it can start without lowering the score, s; a job later than that
-            waits for its next slot, restoring the rotation. None when no delay keeps the
-            score (the set never fits: nothing to restore, a late job starts at once).
+            waits for its next slot, restoring the rotation. None (a late job starts at once)
+            when the rotation does not fit (score < 1: the jobs overrun their slots anyway,
+            and waiting would cost a slot for nothing) or leaves no spare time.
     """
 
     score: float
@@ -139,5 +143,6 @@ def plan(profiles: Mapping[str, Profile], capacity_mbit: float, margin: float = 
                                                        capacity_mbit),
                 perimeter_s=rot.perimeter_s, slots_s=slots,
                 shifts_s={n: float(shifts[n]) for n in names},
-                late_s={n: clearance(circles, rot.shifts_s, capacity_mbit, j) or None
+                late_s={n: (clearance(circles, rot.shifts_s, capacity_mbit, j)
+                            if rot.score >= 1 - FITS else 0.0) or None
                         for j, n in enumerate(names)})

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from agents.clock import ClockSpec, Oscillator, Segment
-from scheduler.cassini import Circle, best_rotation, job_shifts, score, unified_perimeter
+from scheduler.cassini import Circle, best_rotation, clearance, job_shifts, score, unified_perimeter
 from scheduler.plan import Profile, plan, profile, slot_s
 from session.cassini import by_quarter, overlap_fraction, true_comm_phases
 
@@ -72,6 +72,18 @@ def test_ties_go_to_the_rotation_deepest_inside_the_best_ones():
     # every rotation fits: no deeper one, the smallest shifts
     half = arc(10, 10, bw=C / 2)
     assert best_rotation([half, half], C).shifts_s == (0.0, 0.0)
+
+
+def test_clearance_is_how_late_a_job_can_run_before_the_score_falls():
+    # period 10 s, 4 s of communication each, b at 5 s: either job may run 1 s late ([6, 10)
+    # still misses [0, 4) of the next turn); 2 s late they meet
+    a = arc(10, 4)
+    assert [clearance([a, a], [0.0, 5.0], C, j) for j in (0, 1)] == [1.0, 1.0]
+    assert clearance([a, a], [0.0, 4.0], C, 1) == 2.0  # at the early edge: 2 s
+    assert clearance([a, a], [0.0, 6.0], C, 1) == 0.0  # at the late edge: none
+    # a score below 1 that a delay leaves unchanged still counts (the excess stays the same)
+    b = arc(10, 6)
+    assert clearance([b, b], [0.0, 5.0], C, 1) == 1.0
 
 
 def test_three_jobs_interleave_on_one_link():
@@ -143,9 +155,16 @@ def test_plan_shifts_two_half_duty_jobs_apart():
     assert got.slots_s == {"a": pytest.approx(0.2), "b": pytest.approx(0.2)}
     assert got.score == pytest.approx(1.0) and got.unshifted_score == pytest.approx(0.5)
     assert got.shifts_s == {"a": 0.0, "b": pytest.approx(0.1)}
-    # three such jobs cannot fit: at best two of three collide a third of the time
+    assert got.late_s == {"a": None, "b": None}  # they fit exactly: no time to spare
+    # 10 % more: slots of 0.22 s, b shifted by 0.11 s leaves each job 10 ms of clearance
+    spare = plan({"a": p, "b": p}, capacity_mbit=100, margin=0.1, quantum_s=0.01)
+    assert spare.shifts_s["b"] == pytest.approx(0.11)
+    assert spare.late_s == {"a": pytest.approx(0.01), "b": pytest.approx(0.01)}
+    # three such jobs cannot fit: at best two of three collide a third of the time; late
+    # jobs start at once (no rotation to restore)
     three = plan({"a": p, "b": p, "c": p}, capacity_mbit=100, margin=0.0, quantum_s=0.05)
     assert three.score == pytest.approx(0.5)
+    assert three.late_s == {"a": None, "b": None, "c": None}
 
 
 def test_plan_gives_close_slots_the_longest_one():
