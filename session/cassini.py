@@ -19,7 +19,8 @@ Per mode and set: ``mean_iteration_s`` and ``p99_iteration_s`` over every iterat
 job of the set (an iteration counts as its slowest rank's), per job its p50 and p99, and
 ``comm_overlap``: how much the jobs' collectives met (``overlap_fraction``), in true time: the
 ranks' own VM-clock timestamps mapped through the lab's clock truth, which only the lab knows;
-and ``skipped_slots``, the slots the jobs let pass.
+``skipped_slots``, the slots the jobs let pass; and ``slot_error_ms``, how far apart in true
+time the ranks' clocks put a slot (``slot_error_ms``).
 """
 from __future__ import annotations
 
@@ -163,9 +164,34 @@ def _run_mode(lab: Lab, spec: CassiniSpec, mode: str, p: planner.Plan,
     phases = [true_comm_phases(s, vms[n], specs) for n, s in zip(names, summaries, strict=True)]
     skipped = sum(max((w or {}).get("skipped_slots", 0) for w in s.get("workers") or [{}])
                   for s in summaries)
-    return mode_entry(names, summaries) | {"comm_overlap": overlap_fraction(phases),
-                                           "comm_overlap_quarters": by_quarter(phases),
-                                           "skipped_slots": skipped}
+    scheduled = [(cfg.schedule, vms[n], cfg.warmup + cfg.iterations)
+                 for n, (_, cfg, _) in zip(names, runs, strict=True) if cfg.schedule]
+    return mode_entry(names, summaries) | {
+        "comm_overlap": overlap_fraction(phases), "comm_overlap_quarters": by_quarter(phases),
+        "skipped_slots": skipped,
+        "slot_error_ms": [slot_error_ms(scheduled, specs, last) for last in (False, True)]
+        if scheduled else None}
+
+
+def slot_error_ms(scheduled: Sequence[tuple[Schedule, Sequence[str], int]],
+                  specs: Mapping[str, ClockSpec], last: bool) -> float:
+    """How far apart in true time the set's ranks start a slot that the plan puts at one
+    reference time: over every rank of every job (``(schedule, vms, iterations)``), the
+    largest minus the smallest error ``true(slot on its VM clock) - reference``, ms; at the
+    jobs' first slot, or (``last``) at their last nominal one (``iterations`` later): what
+    the ranks' clock corrections leave, and raw clocks' offsets and drift."""
+    errors = []
+    for sched, vms, iterations in scheduled:
+        k = iterations if last else 0
+        ref = sched.start_ns + round((sched.shift_s + k * sched.period_s) * 1e9)
+        errors += [true_ns(sched.slot_ns(k, r), specs[vm]) - ref for r, vm in enumerate(vms)]
+    return (max(errors) - min(errors)) / 1e6
+
+
+def true_ns(vm_ns: int, spec: ClockSpec) -> int:
+    """True time of a VM-clock reading, ns (the offset read at VM time: off by drift x
+    offset, well under a microsecond here)."""
+    return vm_ns - round(spec.offset_at(vm_ns))
 
 
 def by_quarter(phases: Sequence[Sequence[tuple[int, int]]]) -> list[float | None]:
@@ -217,10 +243,7 @@ def true_comm_phases(summary: Mapping, vms: Sequence[str], specs: Mapping[str, C
     if summary.get("error") or not workers or any(w is None for w in workers):
         return []
 
-    def true_ns(vm_ns: int, vm: str) -> int:  # offset read at VM time: off by drift * offset
-        return vm_ns - round(specs[vm].offset_at(vm_ns))
-
-    per_rank = [[(true_ns(t, vm), true_ns(t + round(c * 1e9), vm))
+    per_rank = [[(true_ns(t, specs[vm]), true_ns(t + round(c * 1e9), specs[vm]))
                  for t, c in zip(w["comm_start_ns"], w["comm_s"], strict=True)]
                 for w, vm in zip(workers, vms, strict=True)]
     return [(max(s for s, _ in it), max(e for _, e in it)) for it in zip(*per_rank, strict=True)]

@@ -487,6 +487,13 @@ class CassiniMode(_Model):
     skipped_slots: int | None = Field(None, description="slots the jobs let pass, being later "
                                       "for them than their late_s (per job its slowest rank's "
                                       "count, summed; 0 without slots)")
+    slot_error_ms: list[float] | None = Field(None, description="on slots: how far apart in "
+                                              "true time the ranks' clocks start a slot the "
+                                              "plan puts at one time (largest minus smallest "
+                                              "error over the set's ranks), at the first and at "
+                                              "the last nominal slot, ms: what the agents' "
+                                              "correction leaves, or the raw clocks' offsets "
+                                              "and drift; null without slots")
     error: str | None = Field(None, description="why the mode has no times")
 
 

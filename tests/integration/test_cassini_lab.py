@@ -88,10 +88,12 @@ def test_session_profiles_plans_and_runs_a_set_in_each_mode(tmp_path):
     assert cs.score >= cs.unshifted_score and cs.predicted_compatible == (cs.score >= 0.95)
     assert all(cs.slots_s[n] >= cs.profiles[n].iteration_s for n in "ab")
     assert cs.shifts_s["a"] == 0 and 0 <= cs.shifts_s["b"] < cs.slots_s["b"]
+    assert all(t is None or 0 < t < cs.slots_s[n] for n, t in cs.late_s.items()), cs.late_s
     assert set(cs.modes) == {"fair", "shifted_synced", "unfair"}
     for m in cs.modes.values():
         assert m.error is None and set(m.jobs) == {"a", "b"}
         assert 0 < m.mean_iteration_s <= m.p99_iteration_s and 0 <= m.comm_overlap <= 1
+    assert cs.modes["fair"].skipped_slots == cs.modes["unfair"].skipped_slots == 0  # no slots
     # the unfair mode's classes went on the fabric for its run only (a: CS1, b: CS2)
     classes = [e.params for e in doc.truth.faults if e.kind == "classes"]
     assert classes == [{"dscp": [8, 16], "share": [0.05, 0.05], "prio": [0, 1]},

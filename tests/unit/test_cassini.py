@@ -6,7 +6,8 @@ import pytest
 from agents.clock import ClockSpec, Oscillator, Segment
 from scheduler.cassini import Circle, best_rotation, clearance, job_shifts, score, unified_perimeter
 from scheduler.plan import Profile, plan, profile, slot_s
-from session.cassini import by_quarter, overlap_fraction, true_comm_phases
+from session.cassini import by_quarter, overlap_fraction, slot_error_ms, true_comm_phases
+from workloads.schedule import Schedule
 
 C = 100.0  # link capacity, Mbit/s
 
@@ -211,3 +212,18 @@ def test_true_comm_phases_map_each_rank_through_its_clock():
     # 0.2 s on a clock 100 ppm fast are 20 us less in true time
     assert abs(phase[1] - (t0 + s + 205_000_000 - 20_000)) < 200
     assert true_comm_phases({"error": "lost", "workers": []}, [], spec) == []
+
+
+def test_slot_error_spreads_the_ranks_clock_errors_at_a_slot():
+    # vm1 2 ms ahead, vm2 1 ms ahead and 1000 ppm fast: on raw clocks the first slot starts
+    # 1 ms apart in true time; 10 slots of 1 s later vm2's clock has gained 10 ms more
+    t0 = 10**18
+    spec = {vm: ClockSpec(vm=vm, segments=[Segment(t0, off, "h", Oscillator(t0, ppm))])
+            for vm, off, ppm in (("vm1", 2e6, 0.0), ("vm2", 1e6, 1000.0))}
+    raw = Schedule(start_ns=t0, period_s=1.0)
+    got = [slot_error_ms([(raw, ["vm1", "vm2"], 10)], spec, last) for last in (False, True)]
+    assert got == [pytest.approx(1.0, abs=1e-3), pytest.approx(9.0, abs=0.02)]
+    # corrected by the true offsets and drift, the ranks agree
+    fixed = raw.model_copy(update={"offsets_ns": [2_000_000, 1_000_000],
+                                   "drifts_ppm": [0.0, 1000.0]})
+    assert slot_error_ms([(fixed, ["vm1", "vm2"], 10)], spec, True) == pytest.approx(0, abs=0.02)
