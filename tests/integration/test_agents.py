@@ -12,7 +12,6 @@ loaded CI machine.
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -89,14 +88,19 @@ def check_report_series(doc: dict, tmp_path) -> None:
                                                               abs=1e-6)
     # the load's TCP flow into vm1 (quickstart: vm5 -> vm1, 6-10 s) seen twice: iperf3's
     # goodput at the receiver, and vm1's downlink utilization from its qdisc's counters
-    # (Ethernet headers counted: TCP goodput tops out at 95.6 % of the rate); the median of
-    # the samples, as iperf3 may start a second late on a loaded machine (seen: 0.0 at 7 s)
+    # (Ethernet headers counted: TCP goodput tops out at 95.6 % of the rate), over the
+    # flow's busiest run of samples as long as its steady part: on a loaded machine iperf3
+    # started seconds late (seen: 0.0 from 7 to 10 s)
     flow = doc["load"][0]
     fid = doc["lab"]["fidelity"]["series"]
-    during = [u for t, u in zip(fid["t_s"], fid["links"][f"leaf1->{flow['dst']}"], strict=True)
-              if flow["at_s"] + 1 <= t <= flow["at_s"] + flow["duration_s"] and u is not None]
-    assert len(during) >= 4, fid
-    assert abs(statistics.median(during) * 100 * 0.956 - flow["mbit"]) < 20, (during, flow)
+    util = [(t, u or 0.0) for t, u in zip(fid["t_s"], fid["links"][f"leaf1->{flow['dst']}"],
+                                          strict=True)
+            if flow["at_s"] <= t <= flow["at_s"] + flow["duration_s"] + 8]
+    step = (fid["t_s"][-1] - fid["t_s"][0]) / max(len(fid["t_s"]) - 1, 1)
+    n = max(int((flow["duration_s"] - 1) / step), 2)
+    assert len(util) >= n, fid
+    busiest = max(sum(u for _, u in util[i:i + n]) / n for i in range(len(util) - n + 1))
+    assert abs(busiest * 100 * 0.956 - flow["mbit"]) < 20, (util, flow)
     out = tmp_path / "q.html"
     assert subprocess.run([*NSLAB, "report", str(tmp_path / "q.json"), "--html", str(out)],
                           capture_output=True, timeout=60).returncode == 0
