@@ -88,6 +88,7 @@ class RunningExercise:
     answer: str
     checking: Any = None
     check_backend: Any = None  # the backend of the check's lab, once started
+    verdict: str = ""  # the last verdict of a check that ran its own lab
 
     @property
     def title(self) -> str:
@@ -621,7 +622,8 @@ class NslabApp(App):
         ex = self.exercise
         if ex is None:
             return self._refuse("no exercise running: ctrl+p, then 'Exercise'")
-        self.push_screen(ExerciseScreen(ex.title, ex.ex.task, ex.answer, self.check_exercise))
+        self.push_screen(ExerciseScreen(ex.title, ex.ex.task, ex.answer, self.check_exercise,
+                                        ex.verdict))
 
     def check_exercise(self, text: str) -> str:
         """Check the answer ``text`` against the running exercise's truth; the verdict's
@@ -670,9 +672,11 @@ class NslabApp(App):
         text = self._verdict(run, answer, record)
         for line in text.splitlines():
             self.w_log.note(line, snap.time_s)
-        if not isinstance(self.screen, ExerciseScreen):
-            self.action_exercise()
-        self.screen.query_one("#exercise-verdict", Static).update(text)
+        run.verdict = text
+        if isinstance(self.screen, ExerciseScreen):
+            self.screen.query_one("#exercise-verdict", Static).update(text)
+        else:
+            self.action_exercise()  # shows run.verdict
 
     # -- replay ----------------------------------------------------------------------------
     def _replay(self, what: str):

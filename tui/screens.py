@@ -85,15 +85,16 @@ class ScenarioPicker(ModalScreen[str | None]):
 
 class ExerciseScreen(ModalScreen[None]):
     """A running exercise: its task, an answer box (the answer file's YAML, prefilled with
-    the last answer or the format's example) and the verdict. ``check(text)`` returns what
-    to show: the verdict, or why the answer was not checked."""
+    the last answer or the format's example) and the verdict (the last one, if any).
+    ``check(text)`` returns what to show: the verdict, or why the answer was not checked."""
 
     BINDINGS = [Binding("escape", "dismiss", "close"), Binding("ctrl+s", "check", "check")]
 
-    def __init__(self, title: str, task: str, answer: str, check: Callable[[str], str]):
+    def __init__(self, title: str, task: str, answer: str, check: Callable[[str], str],
+                 verdict: str = ""):
         super().__init__()
         self.heading, self.task_text, self.answer_text = title, task, answer
-        self.check_answer = check
+        self.check_answer, self.verdict = check, verdict
 
     def compose(self) -> ComposeResult:
         with Vertical(id="exercise-box"):
@@ -102,7 +103,7 @@ class ExerciseScreen(ModalScreen[None]):
                 yield Static(self.task_text.rstrip())
             yield Static(Text("Answer (YAML) - ctrl+s checks it, esc closes:", "italic"))
             yield TextArea(self.answer_text, id="exercise-answer")
-            yield Static("", id="exercise-verdict")
+            yield Static(self.verdict, id="exercise-verdict")
 
     def action_check(self) -> None:
         self.query_one("#exercise-verdict", Static).update(

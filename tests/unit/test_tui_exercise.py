@@ -83,13 +83,13 @@ async def test_palette_starts_an_exercise_and_checks_the_answer():
 class CheckLab(RecordedBackend):
     """The lab of a check that runs its own (``pacer``): its jobs done, with these drops."""
 
-    def __init__(self, drops: dict[str, int]):
+    def __init__(self, drops: dict[str, int], done: bool = True):
         super().__init__(start_at=MID, advance=False)
-        self.drops = drops
+        self.drops, self.done = drops, done
 
     def snapshot(self):
         snap = super().snapshot()
-        snap.state = "done"
+        snap.state = "done" if self.done else "jobs"
         return snap
 
     def job_results(self) -> list[dict]:
@@ -100,7 +100,8 @@ class CheckLab(RecordedBackend):
 async def test_a_check_with_a_lab_of_its_own_runs_it_in_view_and_gives_the_verdict():
     made, labs = [], iter([RecordedBackend(start_at=MID, advance=False),
                            CheckLab({"unpaced": 900, "paced": 120}),
-                           CheckLab({"unpaced": 900, "paced": 880})])
+                           CheckLab({"unpaced": 900, "paced": 880}),
+                           CheckLab({"unpaced": 900, "paced": 100}, done=False)])
 
     def factory(scenario):
         made.append(scenario)
@@ -125,3 +126,15 @@ async def test_a_check_with_a_lab_of_its_own_runs_it_in_view_and_gives_the_verdi
             assert verdict in text and "drops paced" in text, text
             note = "passed" if verdict == "PASSED" else "not yet"
             assert any(line.endswith(f"exercise pacer: {note}") for line in app.w_log.entries)
+        # the student closes the answer box while the check's lab runs: the verdict reopens it
+        await press(pilot, "ctrl+s")
+        await press(pilot, "escape")
+        assert not isinstance(app.screen, ExerciseScreen) and app.exercise.checking is not None
+        app.backend.done = True
+        for _ in range(40):
+            if app.exercise.checking is None:
+                break
+            await pilot.pause(0.1)
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, ExerciseScreen)
+        assert "PASSED" in str(app.screen.query_one("#exercise-verdict", Static).render())
