@@ -1,7 +1,7 @@
 """An incast round in a running lab: every sender sends the same bytes over TCP to one receiver
 at once (``workloads.bulk``: a sender is done when the receiver has its bytes), with the
 queue drops it caused on every link (the lab's tc counters: the truth). Used by the pacer's
-benchmark (benchmarks/pacer.py) and its integration test."""
+benchmark (benchmarks/pacer.py); ``drops`` also by the two-step story (session/two_step.py)."""
 from __future__ import annotations
 
 import sys

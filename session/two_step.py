@@ -16,8 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from lab.errors import LabError
-from lab.observe import link_states
-from session import jobs
+from session import incast, jobs
 from session.edge import job_edge
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,8 +41,8 @@ def step_job_name(job: str, step: str) -> str:
 
 
 def drops(lab: Lab) -> int:
-    """Queue drops so far on every link of the lab, both ends."""
-    return sum(ln.drops for ln in link_states(lab))
+    """Queue drops so far on every link of the lab, both ends (``incast.drops`` summed)."""
+    return sum(incast.drops(lab).values())
 
 
 def run(lab: Lab, mesh: AgentMesh, spec: JobSpec, pacer: PacerSpec,
