@@ -148,10 +148,13 @@ def build_parser() -> argparse.ArgumentParser:
         "pacer", formatter_class=fmt, help="TCP sensing and OWD-gated pacing of one VM",
         description="Sense this VM's TCP connections (sock_diag: retransmissions, RTOs, "
                     "lost, RTT, delivery rate) and measure the one-way delay toward each "
-                    "destination with data in flight on the synchronized clocks (offsets from "
-                    "the coordinator's API); in 'pace' mode hold a destination's traffic on "
-                    "this VM's own egress (an HTB class per destination) for OWD - T while its "
-                    "OWD exceeds T (On-Ramp, NSDI 2021). The gate stays open until the clock "
+                    "destination with data in flight, or sent a TCP SYN, on the synchronized "
+                    "clocks (offsets from the coordinator's API); in 'pace' mode hold a "
+                    "destination's traffic on this VM's own egress (an HTB class per "
+                    "destination) for OWD - T while its OWD exceeds T (On-Ramp, NSDI 2021), "
+                    "and until a probe sent during the hold comes back below T; a probe "
+                    "without echo for T + the longest hold holds its destination the same way "
+                    "(--no-fresh: OWD - T only). The gate stays open until the clock "
                     "sync has converged. Probes, gate and hold run in a compiled thread "
                     "(agents/native/pacer.c, built by make setup). Reports go to the "
                     "coordinator (CoordinatorState.pacers).",
@@ -182,11 +185,16 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--no-predict", action="store_true",
                     help="On-Ramp's rule as published: hold for the sample's OWD - T, not for "
                          "the OWD extrapolated to now (agents/gate.py)")
+    pc.add_argument("--no-fresh", action="store_true",
+                    help="On-Ramp's rule as published: a hold ends after OWD - T, not also "
+                         "waiting for a sample sent during it to come back below T, and a "
+                         "missing echo holds nothing (agents/gate.py)")
     pc.add_argument("--probe-us", type=_positive, default=500.0,
-                    help="OWD probe period per active destination, us")
+                    help="OWD probe period per active destination, us (while at most 2 "
+                         "probes to it are unanswered; then one per echo age limit)")
     pc.add_argument("--active-s", type=_positive, default=1.0,
                     help="a destination is probed this long after it last had TCP data in "
-                         "flight, s")
+                         "flight or this VM sent it a SYN, s")
     return p
 
 
@@ -243,9 +251,11 @@ def main(argv: list[str] | None = None) -> int:
         return _pacer(parser, args)
     from agents.api import serve
     from agents.coordinator import Coordinator
+    from agents.heap import settle
     if args.history < 1 or args.series < 3 or args.drift_windows < 1 or \
             args.drift_windows % 2 == 0:
         parser.error("--history must be >= 1, --series >= 3, --drift-windows odd")
+    settle()  # every window allocates and frees the same large arrays
     coord = Coordinator(window_s=args.window, reference=args.reference,
                         guard_ns=args.guard_us * 1e3, history=args.history,
                         series_windows=args.series, drift_windows=args.drift_windows)
@@ -270,7 +280,7 @@ def _pacer(parser: argparse.ArgumentParser, args) -> int:
             coordinator=args.coordinator, api=args.api, mode=args.mode, port=args.port,
             line_mbit=args.line_mbit, probe_s=args.probe_us / 1e6, active_s=args.active_s,
             gate=GateConfig.for_hold(args.threshold_us * 1e3, args.max_hold_us * 1e3,
-                                     predict=not args.no_predict))
+                                     predict=not args.no_predict, fresh=not args.no_fresh))
         pacer = Pacer(cfg)
     except ValueError as e:
         parser.error(str(e))

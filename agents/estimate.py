@@ -143,14 +143,16 @@ def pure_pairs(tx: np.ndarray, rx: np.ndarray, pair_id: np.ndarray,
     else:
         segment = np.asarray(segment)
         ds, dp = np.diff(segment), np.diff(pid)
-        order = np.arange(pid.size) if ((ds > 0) | ((ds == 0) & (dp >= 0))).all() \
-            else np.lexsort((pid, segment))  # already sorted (a window's records), or stable
-        sid, sseg = pid[order], segment[order]
-        new = (sid[1:] != sid[:-1]) | (sseg[1:] != sseg[:-1])
+        if ((ds > 0) | ((ds == 0) & (dp >= 0))).all():  # already sorted (a window's records)
+            order, sid, new = None, pid, (ds != 0) | (dp != 0)
+        else:
+            order = np.lexsort((pid, segment))  # stable
+            sid, sseg = pid[order], segment[order]
+            new = (sid[1:] != sid[:-1]) | (sseg[1:] != sseg[:-1])
     starts = np.flatnonzero(np.r_[True, new])
     counts = np.diff(np.r_[starts, sid.size])
     s2 = starts[counts == 2]
-    i1, i2 = order[s2], order[s2 + 1]
+    i1, i2 = (s2, s2 + 1) if order is None else (order[s2], order[s2 + 1])
     gap_tx = tx[i2] - tx[i1]
     gap_rx = rx[i2] - rx[i1]
     ok = (gap_tx > 0) & (np.abs((gap_rx - gap_tx).astype(np.float64)) <= guard_ns)
@@ -235,13 +237,14 @@ def _can_bind(x: np.ndarray, y: np.ndarray, starts: np.ndarray, seg: np.ndarray,
     monotone in ``m`` (in floats too), so a point whose value at either end of the bracket
     is worse than some point's value at both ends never is the best, nor ties with it: the
     ``piece`` of ``_max_margin_many`` finds the same points, and the same first one."""
-    at_lo, at_hi = y - lo[seg] * x, y - hi[seg] * x
+    at_lo = y - segments.spread(lo, starts) * x
+    at_hi = y - segments.spread(hi, starts) * x
     if best is np.minimum:
-        keep = np.minimum(at_lo, at_hi) <= np.minimum.reduceat(np.maximum(at_lo, at_hi),
-                                                               starts[:-1])[seg]
+        keep = np.minimum(at_lo, at_hi) <= segments.spread(np.minimum.reduceat(
+            np.maximum(at_lo, at_hi), starts[:-1]), starts)
     else:
-        keep = np.maximum(at_lo, at_hi) >= np.maximum.reduceat(np.minimum(at_lo, at_hi),
-                                                               starts[:-1])[seg]
+        keep = np.maximum(at_lo, at_hi) >= segments.spread(np.maximum.reduceat(
+            np.minimum(at_lo, at_hi), starts[:-1]), starts)
     seg = seg[keep]
     return x[keep], y[keep], segments.starts_of(np.bincount(seg, minlength=starts.size - 1)), seg
 
@@ -256,8 +259,8 @@ def _max_margin_many(xu: np.ndarray, yu: np.ndarray, us: np.ndarray, xl: np.ndar
     useg, lseg = segments.ids(us), segments.ids(ls)
 
     def piece(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        i = segments.argmin(yu - m[useg] * xu, us, useg)
-        j = segments.argmax(yl - m[lseg] * xl, ls, lseg)
+        i = segments.argmin(yu - segments.spread(m, us) * xu, us)
+        j = segments.argmax(yl - segments.spread(m, ls) * xl, ls)
         return yu[i] - yl[j], xl[j] - xu[i]
 
     n = us.size - 1
@@ -290,8 +293,8 @@ def _max_margin_many(xu: np.ndarray, yu: np.ndarray, us: np.ndarray, xl: np.ndar
                               np.where(rise, sl, s_lo))
             hi, a_hi, s_hi = (np.where(fall, m, hi), np.where(fall, a, a_hi),
                               np.where(fall, sl, s_hi))
-    up = np.minimum.reduceat(yu - m[useg] * xu, us[:-1])
-    dn = np.maximum.reduceat(yl - m[lseg] * xl, ls[:-1])
+    up = np.minimum.reduceat(yu - segments.spread(m, us) * xu, us[:-1])
+    dn = np.maximum.reduceat(yl - segments.spread(m, ls) * xl, ls[:-1])
     return 0.5 * (up + dn), m, 0.5 * (up - dn), at_bound
 
 
@@ -331,23 +334,22 @@ def fit_many(p: Probes, t_ref_ns: np.ndarray | None = None, *,
         max_drift_ppm: largest |drift| searched, ppm.
     """
     fs, rs = p.fwd_starts, p.rev_starts
-    fseg, rseg = segments.ids(fs), segments.ids(rs)
     t_ref = p.default_ref() if t_ref_ns is None else np.asarray(t_ref_ns, dtype=np.int64)
     yu_i = p.fwd_rx - p.fwd_tx          # (B - A) + d_AB, exact int64
     yl_i = p.rev_tx - p.rev_rx          # (B - A) - d_BA
     # ~ the offset, removed before float
     y0 = (np.minimum.reduceat(yu_i, fs[:-1]) + np.maximum.reduceat(yl_i, rs[:-1])) // 2
-    yu = (yu_i - y0[fseg]).astype(np.float64)
-    yl = (yl_i - y0[rseg]).astype(np.float64)
-    xu = (p.fwd_tx - t_ref[fseg]).astype(np.float64) / _NS_PER_S   # seconds
-    xl = (p.rev_rx - t_ref[rseg]).astype(np.float64) / _NS_PER_S
+    yu = (yu_i - segments.spread(y0, fs)).astype(np.float64)
+    yl = (yl_i - segments.spread(y0, rs)).astype(np.float64)
+    xu = (p.fwd_tx - segments.spread(t_ref, fs)).astype(np.float64) / _NS_PER_S   # seconds
+    xl = (p.rev_rx - segments.spread(t_ref, rs)).astype(np.float64) / _NS_PER_S
     c, m, _, at_bound = _max_margin_many(xu, yu, fs, xl, yl, rs, max_drift_ppm * _PPM_NS_PER_S)
-    up_gap = yu - (c[fseg] + m[fseg] * xu)
-    dn_gap = (c[rseg] + m[rseg] * xl) - yl
+    up_gap = yu - (segments.spread(c, fs) + segments.spread(m, fs) * xu)
+    dn_gap = (segments.spread(c, rs) + segments.spread(m, rs) * xl) - yl
     # the band's half-width, ~ d_min
     margin = 0.5 * (np.minimum.reduceat(up_gap, fs[:-1]) + np.minimum.reduceat(dn_gap, rs[:-1]))
-    resid = 0.5 * (segments.head_mean(up_gap - margin[fseg], fs, fseg, _ENVELOPE_K)
-                   + segments.head_mean(dn_gap - margin[rseg], rs, rseg, _ENVELOPE_K))
+    resid = 0.5 * (segments.head_mean(up_gap - segments.spread(margin, fs), fs, _ENVELOPE_K)
+                   + segments.head_mean(dn_gap - segments.spread(margin, rs), rs, _ENVELOPE_K))
     return PairFits(offset_ns=y0 + c, drift_ppm=m / _PPM_NS_PER_S, t_ref_ns=t_ref,
                     n_fwd=np.diff(fs), n_rev=np.diff(rs), residual_ns=np.maximum(resid, 0.0),
                     ok=~at_bound)
@@ -480,21 +482,24 @@ def ntp_many(p: Probes, filter_n: np.ndarray, t_ref_ns: np.ndarray | None = None
     before_count = np.cumsum(is_rev[merged]) - is_rev[merged]
     place = np.empty(merged.size, np.int64)
     place[merged] = before_count
-    k = np.clip(place[:p.fwd_tx.size] - rs[:-1][fseg], 1, nr[fseg] - 1) + rs[:-1][fseg]
+    r0 = segments.spread(rs[:-1], fs)  # per fwd probe its pair's first rev probe
+    k = np.clip(place[:p.fwd_tx.size] - r0, 1, segments.spread(nr, fs) - 1) + r0
     before, after = t4s[k - 1], t4s[k]
     j = np.where(np.abs(p.fwd_tx - before) <= np.abs(after - p.fwd_tx), k - 1, k)
     t1, t2, t3, t4 = p.fwd_tx, p.fwd_rx, t3s[j], t4s[j]
     off = 0.5 * ((t2 - t1) - (t4 - t3)).astype(np.float64)
     delay = ((t4 - t1) - (t3 - t2)).astype(np.float64)
-    mid2 = (t1 - t_ref[fseg]) + (t4 - t_ref[fseg])   # twice the sample's time, exact
+    tf = segments.spread(t_ref, fs)
+    mid2 = (t1 - tf) + (t4 - tf)   # twice the sample's time, exact
     x = (mid2.astype(np.float64) * 0.5) / _NS_PER_S
     srt = segments.sort_ns(mid2, fseg, np.zeros(nf.size, np.int64))  # stable, as by x
     x, off, delay = x[srt], off[srt], delay[srt]
     # clock filter: blocks of filter_n[i] consecutive samples, the least delay of each
-    block = (np.arange(x.size) - fs[:-1][fseg]) // np.asarray(filter_n)[fseg]
+    block = (np.arange(x.size) - segments.spread(fs[:-1], fs)) // segments.spread(
+        np.asarray(filter_n), fs)
     bstarts = np.flatnonzero(np.r_[True, (fseg[1:] != fseg[:-1]) | (block[1:] != block[:-1])])
     bstarts = np.r_[bstarts, x.size]
-    keep = segments.argmin(delay, bstarts, segments.ids(bstarts))
+    keep = segments.argmin(delay, bstarts)
     x, off, kseg = x[keep], off[keep], fseg[keep]
     ks = segments.starts_of(np.bincount(kseg, minlength=nf.size))
     n = np.diff(ks)
@@ -502,16 +507,16 @@ def ntp_many(p: Probes, filter_n: np.ndarray, t_ref_ns: np.ndarray | None = None
     so = segments.sorted_values(off, ks, kseg)
     mid = ks[:-1] + n // 2
     y0 = np.where(n % 2 == 1, so[mid], (so[np.maximum(mid - 1, ks[:-1])] + so[mid]) / 2)
-    y = off - y0[kseg]
+    y = off - segments.spread(y0, ks)
     # ordinary least squares (line_fits) per pair
     mx = np.add.reduceat(x, ks[:-1]) / n
     my = np.add.reduceat(y, ks[:-1]) / n
-    dx = x - mx[kseg]
+    dx = x - segments.spread(mx, ks)
     with np.errstate(divide="ignore", invalid="ignore"):
-        slope = np.add.reduceat(dx * (y - my[kseg]), ks[:-1]) / np.add.reduceat(dx * dx,
-                                                                                  ks[:-1])
+        slope = np.add.reduceat(dx * (y - segments.spread(my, ks)), ks[:-1]) / np.add.reduceat(
+            dx * dx, ks[:-1])
     icpt = my - slope * mx
-    resid = y - (icpt[kseg] + slope[kseg] * x)
+    resid = y - (segments.spread(icpt, ks) + segments.spread(slope, ks) * x)
     rms = np.sqrt(np.add.reduceat(resid ** 2, ks[:-1]) / n)
     return PairFits(offset_ns=y0 + icpt, drift_ppm=slope / _PPM_NS_PER_S, t_ref_ns=t_ref,
                     n_fwd=nf, n_rev=nr, residual_ns=rms, ok=ok)

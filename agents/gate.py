@@ -20,6 +20,24 @@ Bounds the paper leaves implicit, made explicit here so a destination is never h
   whatever the samples say;
 * without a synchronized clock (``synced=False``) the gate is open and says why.
 
+Fresh release (``fresh``, ours, on by default): a hold ends at the later of ``owd - T`` and the
+return of a sample of a probe sent at or after the hold's start that is at or below ``T``
+(bounded by ``max_continuous_ns`` as above). ``owd - T`` drains the queue a sample saw, and
+On-Ramp assumes that sample is fresh; under an incast it is one queue delay old (60-120 ms at
+the lab's 5 Mbit/s with a 50-packet queue), the queue grew meanwhile, and a hold of
+``owd - T`` ended before any sample taken during it could return: the released bursts refilled
+the queue, which stayed full while each sender was held 30-40 % of the time (4 senders need
+>= 75 %). The feedback delay is the queue delay itself, so only a sample sent during the hold
+can say that the hold drained it; a sample above ``T`` sent during the hold extends the
+wait. Off, holds end at ``owd - T`` as published.
+
+Missing echoes (part of ``fresh``, ours): a probe not back ``late_ns`` (``T`` + ``max_hold_ns``)
+after it was sent, toward a destination that answered within ``max_age_ns``, starts a fresh hold
+(``overdue``): the queue may be long, and nothing fresh says it is not. Measured under the
+lab's incast: the receiver's pacer, waiting for a CPU, answered nothing for 80 ms while its
+queue went from empty to full; the senders' gates, fed no samples, stayed open. A destination
+that never answered or has been silent longer (no pacer there, a paused VM) is not held.
+
 Lag compensation (``predict``, ours, not in the paper): a sample describes the queue when its
 probe entered it, one OWD and an echo ago; an incast queue fills at several times its drain
 rate meanwhile, so a hold of ``owd - T`` drains only what was there then and the queue
@@ -48,6 +66,9 @@ class GateConfig:
         max_age_ns: samples whose echo took longer than this are ignored, ns (> 0).
         max_continuous_ns: longest hold in one piece (extensions included), ns (> 0).
         predict: compensate the sample's age (module doc); False is On-Ramp as published.
+        fresh: a hold also lasts until a sample sent during it comes back at or below ``T``,
+            and a probe without echo for ``late_ns`` starts one (module doc); False is
+            On-Ramp as published.
         max_slope: the largest OWD growth per unit of time the predictor believes (> 0;
             an incast of N line-rate senders into one line grows at N - 1).
 
@@ -61,9 +82,11 @@ class GateConfig:
     max_continuous_ns: float = 50_000_000.0
     predict: bool = True
     max_slope: float = 8.0
+    fresh: bool = True
 
     @classmethod
-    def for_hold(cls, threshold_ns: float, max_hold_ns: float, predict: bool = True) -> GateConfig:
+    def for_hold(cls, threshold_ns: float, max_hold_ns: float, predict: bool = True,
+                 fresh: bool = True) -> GateConfig:
         """The gate for ``T`` and a longest single hold, its other bounds in proportion to the
         hold (as the defaults: ``max_age_ns`` 4 x, ``max_continuous_ns`` 10 x), so that a lab
         run at a k-times lower link rate with k-times longer T and holds (time dilation) has
@@ -73,7 +96,13 @@ class GateConfig:
             ValueError: a parameter out of range."""
         return cls(threshold_ns=threshold_ns, max_hold_ns=max_hold_ns,
                    max_age_ns=4 * max_hold_ns, max_continuous_ns=10 * max_hold_ns,
-                   predict=predict)
+                   predict=predict, fresh=fresh)
+
+    @property
+    def late_ns(self) -> float:
+        """How long a probe may be unanswered before ``fresh`` holds its destination, ns:
+        ``threshold_ns + max_hold_ns`` (module doc)."""
+        return self.threshold_ns + self.max_hold_ns
 
     def __post_init__(self):
         for name in ("threshold_ns", "max_hold_ns", "max_age_ns", "max_continuous_ns",
@@ -101,6 +130,8 @@ class _Dest:
     held_ns: float = 0.0
     last_sent_ns: int | None = None
     last_owd_ns: float = 0.0
+    time_until_ns: int = 0      # fresh: the end by owd - T alone
+    waiting: bool = False       # fresh: held until a sample sent in the hold is below T
 
 
 @dataclass
@@ -125,23 +156,63 @@ class Gate:
             return Decision(0.0, 0, "stale sample")
         predicted = self._predicted(d, owd_ns, sent_ns, now_ns)
         holding = now_ns < d.held_until_ns
+        if not holding and d.waiting:  # the hold ran to its cap with no fresh sample below T
+            d.waiting, d.open_until_ns = False, d.held_until_ns + int(self.cfg.max_hold_ns)
         if holding and sent_ns < d.held_since_ns:
             return Decision(0.0, d.held_until_ns, "held: sample predates the hold")
         if now_ns < d.open_until_ns:
             return Decision(0.0, 0, "open after the longest continuous hold")
         if owd_ns <= self.cfg.threshold_ns:
-            return Decision(0.0, 0, "below threshold")
+            if not d.waiting:
+                return Decision(0.0, 0, "below threshold")
+            end = max(d.time_until_ns, now_ns)
+            d.held_ns -= d.held_until_ns - end
+            d.held_until_ns, d.waiting = end, False
+            return Decision(0.0, end, "released: a sample sent in the hold is below threshold")
         excess = predicted - self.cfg.threshold_ns
         if not holding:
-            d.held_since_ns = now_ns
+            d.held_since_ns, d.time_until_ns = now_ns, 0
             d.holds += 1
         end = now_ns + int(min(excess, self.cfg.max_hold_ns))
         cap = d.held_since_ns + int(self.cfg.max_continuous_ns)
-        if end >= cap:
+        if self.cfg.fresh:
+            d.time_until_ns, d.waiting = min(max(end, d.time_until_ns), cap), True
+            end = cap
+        elif end >= cap:
             end, d.open_until_ns = cap, cap + int(self.cfg.max_hold_ns)
         d.held_ns += end - max(d.held_until_ns, now_ns)
         d.held_until_ns = end
         return Decision(end - now_ns, end, "above threshold")
+
+    def overdue(self, dest: str, sent_ns: int, now_ns: int, answered_ns: int | None,
+                synced: bool = True) -> Decision:
+        """A probe toward ``dest`` sent at ``sent_ns`` has no echo by ``now_ns``; ``dest``'s last
+        echo came at ``answered_ns`` (None: never; ns, the sender's clock). With ``fresh``,
+        once the probe is ``late_ns`` old and ``dest`` answered within ``max_age_ns``, a
+        hold starts that lasts until a sample sent in it is at or below ``T`` (module doc).
+
+        Returns:
+            The decision (a started hold is recorded as ``decide``'s are).
+        """
+        d = self.dests.setdefault(dest, _Dest())
+        if not synced:
+            return Decision(0.0, 0, "clock not synchronized: gate open")
+        if not self.cfg.fresh or now_ns - sent_ns <= self.cfg.late_ns:
+            return Decision(0.0, 0, "probe not late")
+        if answered_ns is None or now_ns - answered_ns > self.cfg.max_age_ns:
+            return Decision(0.0, 0, "destination silent: gate open")
+        if now_ns < d.held_until_ns:
+            return Decision(0.0, d.held_until_ns, "held: the hold goes on")
+        if d.waiting:  # the hold ran to its cap with no fresh sample below T
+            d.waiting, d.open_until_ns = False, d.held_until_ns + int(self.cfg.max_hold_ns)
+        if now_ns < d.open_until_ns:
+            return Decision(0.0, 0, "open after the longest continuous hold")
+        end = now_ns + int(self.cfg.max_continuous_ns)
+        d.held_since_ns, d.time_until_ns, d.waiting = now_ns, now_ns, True
+        d.holds += 1
+        d.held_ns += end - now_ns
+        d.held_until_ns = end
+        return Decision(end - now_ns, end, "probe overdue: held until a fresh sample")
 
     def _predicted(self, d: _Dest, owd_ns: float, sent_ns: int, now_ns: int) -> float:
         """The OWD extrapolated to ``now_ns`` (module doc); records the sample."""

@@ -35,7 +35,8 @@ Why HTB classes: the kernel here and on most clouds has them (``fq``'s per-flow 
 is not available on every kernel, and would need a socket option in every application);
 they act on traffic the pacer did not write (iperf3, gloo), per destination, and the switch is
 one netlink message. ``LINE`` should be the vNIC's rate (Mbit/s) so that what a release lets
-go leaves at that rate, not at the veth's.
+go leaves at that rate, not at the veth's; the buckets are 2 packets (or 1 ms of ``LINE``)
+for the same reason (``_BURST``).
 """
 from __future__ import annotations
 
@@ -55,13 +56,20 @@ thousandth of the line if less (four held senders leak 0.4 % of an incast's bott
 13 % at 2 Mbit/s)."""
 _ROOT, _LINE, _DEFAULT = 0x10000, 0x1FFFF, 0x10001
 _ONE_PACKET = 1600
+_BURST = 2 * _ONE_PACKET
+"""The open buckets' least size, bytes (else 1 ms of the line): a held destination's buckets
+fill during the hold, and what they hold leaves at the veth's speed on release, not the
+vNIC's. With 15 kB (10 packets at 5 Mbit/s), under a 4-sender incast at 5 Mbit/s, the
+bottleneck's OWD rose from 0 to 73 ms within 14 ms of a release, more than four senders at
+their line rate can add (23 packets, 55 ms): the released bursts alone filled most of the
+50-packet queue."""
 _MAX_DESTS = 4000
 _TBF_LIMIT = 4_000_000
 """Bytes a held destination may queue (TCP small queues keep it far below: nothing is dropped)."""
 
 
 def _htb(rate_bit_s: int, ceil_bit_s: int, prio: int = 0) -> dict:
-    burst = max(15_000, ceil_bit_s // 8 // 1000)
+    burst = max(_BURST, ceil_bit_s // 8 // 1000)
     return dict(rate=f"{rate_bit_s}bit", ceil=f"{ceil_bit_s}bit", burst=burst, cburst=burst,
                 prio=prio, quantum=max(1600, min(200_000, ceil_bit_s // 80)))
 

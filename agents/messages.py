@@ -201,6 +201,9 @@ class PacerDest(_Wire):
     the report): the share of a queue's drops that were the pacer's own."""
     holds: int = 0
     """Times its traffic was held."""
+    overdue_holds: int = 0
+    """Of ``holds``, those started by a probe without echo for T + the longest hold (its OWD
+    unknown: ``agents.gate.Gate.overdue``), not by a sample above T."""
     held_ms: float = 0.0
     """Total time held, ms."""
     react_us_p99: float | None = None

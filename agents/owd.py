@@ -72,9 +72,9 @@ def owd_many(tx: np.ndarray, rx: np.ndarray, starts: np.ndarray, offset_ns: np.n
     p99) in us, one entry per direction; finite fits assumed."""
     seg = segments.ids(starts)
     base = np.round(offset_ns).astype(np.int64)  # integer part removed before float
-    raw = (rx - tx - base[seg]).astype(np.float64)
-    corr = (offset_ns - base)[seg] + drift_ppm[seg] * 1e-6 * (tx - t_ref_ns[seg]).astype(
-        np.float64)
+    raw = (rx - tx - segments.spread(base, starts)).astype(np.float64)
+    corr = segments.spread(offset_ns - base, starts) + segments.spread(drift_ppm, starts) \
+        * 1e-6 * (tx - segments.spread(t_ref_ns, starts)).astype(np.float64)
     owd_us = (raw - corr) / 1e3
     owd_us = segments.sorted_values(owd_us, starts, seg)
     return (owd_us[starts[:-1]], segments.percentile(owd_us, starts, 50),

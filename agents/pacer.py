@@ -11,7 +11,10 @@ Loop:
 * every ``sense_s``: established TCP connections (sock_diag) grouped by destination; the
   destinations that are VMs it knows and had data in flight within ``active_s`` are
   *active* (a collective's bursts come every iteration: probing goes on between them, so
-  the gate has samples when the next burst starts);
+  the gate has samples when the next burst starts); a destination this VM sends a TCP SYN
+  to is active at once, for ``active_s`` (the native loop watches its interface's outgoing
+  SYNs on a packet socket): sock_diag, polled every 50 ms, sees a new connection's data only
+  after its first window is in the queue, where every later sample waits behind it;
 * every ``probe_s``: a timestamp probe (UDP, ``port``) to each active destination's pacer; the
   destination stamps its arrival in the kernel (``SO_TIMESTAMPING``), converts it to its VM
   clock and echoes both stamps back. The sender computes the one-way delay on synchronized
@@ -108,9 +111,9 @@ class Sync:
     ``synced`` needs: a state polled within ``stale_s``, at least 2 windows, and for this VM
     and the destination an estimate with ``offset_sigma_ns`` at most ``sigma_ns`` (default a
     quarter of the gate's threshold) in a state polled within ``stale_s``: the last good
-    estimate is kept (holdover) while a window lacks one, as under an incast, whose queues
-    delay and drop the agents' probes too (extrapolated with its drift: 10 s at 0.1 ppm of
-    drift error is 1 us)."""
+    estimate is kept (holdover) while a window lacks one or has only one above ``sigma_ns``,
+    as under an incast, whose queues delay and drop the agents' probes too (extrapolated with
+    its drift: 10 s at 0.1 ppm of drift error is 1 us)."""
 
     def __init__(self, me: str, sigma_ns: float, stale_s: float):
         self.me, self.sigma_ns, self.stale_ns = me, sigma_ns, stale_s * 1e9
@@ -185,12 +188,19 @@ class Pacer:
                              cfg.mode == "pace", cfg.gate, cfg.probe_s,
                              self.clock.to_vm_ns if self.clock.path else None)
         self.holder = Holder(cfg.ifname, cfg.line_mbit, cfg.port) if cfg.mode == "pace" else None
+        if self.holder is not None:  # every peer's class ready: a hold never waits for one
+            for i, name in enumerate(self.names):
+                self.engine.set_switch(i, *self.holder.messages(cfg.peers[name]))
+        try:
+            self.engine.watch_syn(socket.if_nametoindex(cfg.ifname), cfg.active_s)
+        except OSError as e:
+            log.warning("no SYN watch on %s (%s): destinations are probed once sock_diag "
+                        "shows their data", cfg.ifname, e)
         self.diag = DiagSocket()
         self.diag.bind()
         self.net0 = netstat()
         self.active: set[str] = set()
         self.busy_at: dict[str, float] = {}
-        self.switches: set[str] = set()
         self.tcp: dict = {}
         self.owd: dict[str, deque] = {}
         self.react: dict[str, deque] = {}
@@ -206,21 +216,16 @@ class Pacer:
         whys = {}
         for i, name in enumerate(self.names):
             active = name in self.active
-            if active and self.holder is not None and name not in self.switches:
-                self.engine.set_switch(i, *self.holder.messages(self.cfg.peers[name]))
-                self.switches.add(name)
-            why = self.sync.why_not(name, now)
-            if active:
-                whys[name] = why
+            whys[name] = why = self.sync.why_not(name, now)
             off, drift, at = self.sync.clock_of(name)
             self.engine.set_dest(i, active, why is None, off, drift if at else 0.0, at or 0)
         off, drift, at = self.sync.clock_of(self.cfg.name)
         self.engine.set_dest(len(self.names), False, True, off, drift if at else 0.0, at or 0)
-        if whys:  # the state of the last destinations probed stays until others are
-            why = next((w for w in whys.values() if w is not None), None)
-            self.synced = why is None
-            self.status = why or ("pacing" if self.holder is not None
-                                  else "sensing (mode sense): gate off")
+        # the active destinations' state, or every peer's while none is (ready before traffic)
+        why = next((whys[n] for n in (self.active or self.names) if whys[n] is not None), None)
+        self.synced = why is None
+        self.status = why or ("pacing" if self.holder is not None
+                              else "sensing (mode sense): gate off")
 
     def _drain(self) -> None:
         """The native loop's samples into the per-destination OWD and reaction series."""
@@ -271,7 +276,8 @@ class Pacer:
             p50, p99 = (np.percentile(x, [50, 99]) / 1e3).tolist() if x is not None and \
                 len(x) else (None, None)
             dests[name] = PacerDest(owd_us_p50=p50, owd_us_p99=p99, owd_samples=st.samples,
-                                    holds=holds, held_ms=held_ns / 1e6,
+                                    holds=holds, overdue_holds=st.overdue,
+                                    held_ms=held_ns / 1e6,
                                     react_us_p99=react.get(name),
                                     wake_us_p99=wake.get(name), tcp=tcp,
                                     probes_sent=st.sent, above_threshold=st.above,

@@ -10,8 +10,8 @@ GIL. So one native thread, which never takes the GIL, sends and answers the prob
 the OWD, runs the gate and sends the hold's prebuilt netlink message (``agents.hold``);
 Python sets the destinations and clock parameters and drains the samples for its reports.
 
-``CGate`` is the same gate (``agents.gate.Gate.decide``'s arithmetic in C), for the tests that
-hold it to the Python gate on the same inputs.
+``CGate`` is the same gate (``agents.gate.Gate``'s ``decide`` and ``overdue`` in C), for the
+tests that hold it to the Python gate on the same inputs.
 """
 from __future__ import annotations
 
@@ -32,8 +32,12 @@ LIBRARY = os.path.join(NATIVE_DIR, "libnslabpacer.so")
 SOURCE = os.path.join(NATIVE_DIR, "pacer.c")
 REASONS = ("clock not synchronized: gate open", "stale sample",
            "held: sample predates the hold", "open after the longest continuous hold",
-           "below threshold", "above threshold")
-"""``npc_gate_decide``'s return codes, as ``agents.gate.Decision.reason`` words them."""
+           "below threshold", "above threshold",
+           "released: a sample sent in the hold is below threshold", "probe not late",
+           "destination silent: gate open", "held: the hold goes on",
+           "probe overdue: held until a fresh sample")
+"""``npc_gate_decide``'s and ``npc_gate_overdue``'s return codes, as
+``agents.gate.Decision.reason`` words them."""
 RECORD = np.dtype([("dst", "<i4"), ("held", "<i4"), ("owd_ns", "<f8"), ("tx_ns", "<i8"),
                    ("wake_ns", "<i8"), ("react_ns", "<i8")])
 """``struct npc_rec``: one OWD sample (``held``: it started or extended a hold; from the
@@ -48,19 +52,19 @@ _lib: ctypes.CDLL | None = None
 class _GateCfg(ctypes.Structure):
     _fields_ = [("threshold_ns", _f64), ("max_hold_ns", _f64), ("max_age_ns", _f64),
                 ("max_continuous_ns", _f64), ("max_slope", _f64), ("predict", ctypes.c_int32),
-                ("pad", ctypes.c_int32)]
+                ("fresh", ctypes.c_int32)]
 
     @classmethod
     def of(cls, c: GateConfig) -> _GateCfg:
         return cls(c.threshold_ns, c.max_hold_ns, c.max_age_ns, c.max_continuous_ns,
-                   c.max_slope, int(c.predict), 0)
+                   c.max_slope, int(c.predict), int(c.fresh))
 
 
 class DestStats(ctypes.Structure):
     """``struct npc_dstats``: one destination's counters since the start."""
 
     _fields_ = [(n, _i64) for n in ("sent", "echoed", "samples", "above", "switches",
-                                    "switch_errors")]
+                                    "switch_errors", "overdue")]
 
 
 class Counters(ctypes.Structure):
@@ -97,10 +101,13 @@ def load() -> ctypes.CDLL:
                 "npc_gate_free": (None, [p]),
                 "npc_gate_decide": (i, [p, i, _f64, _i64, _i64, i, ctypes.POINTER(_f64),
                                         ctypes.POINTER(_i64)]),
+                "npc_gate_overdue": (i, [p, i, _i64, _i64, _i64, i, i, ctypes.POINTER(_f64),
+                                         ctypes.POINTER(_i64)]),
                 "npc_gate_stats": (None, [p, i, ctypes.POINTER(_i64), ctypes.POINTER(_f64)]),
                 "npc_new": (p, [i, i, i, u32p, i, ctypes.POINTER(_GateCfg), _i64, i, _CONV]),
                 "npc_set_switch": (i, [p, i, ctypes.c_char_p, i, ctypes.c_char_p, i]),
                 "npc_set_dest": (None, [p, i, i, i, _f64, _f64, _i64]),
+                "npc_watch_syn": (i, [p, i, _i64]),
                 "npc_start": (i, [p]), "npc_stop": (None, [p]), "npc_free": (None, [p]),
                 "npc_drain": (i, [p, p, i]),
                 "npc_stats": (None, [p, i, ctypes.POINTER(DestStats), ctypes.POINTER(_i64),
@@ -130,6 +137,14 @@ class CGate:
         hold, until = _f64(), _i64()
         r = self.lib.npc_gate_decide(self.h, dest, owd_ns, sent_ns, now_ns, int(synced),
                                      ctypes.byref(hold), ctypes.byref(until))
+        return Decision(hold.value, until.value, REASONS[r])
+
+    def overdue(self, dest: int, sent_ns: int, now_ns: int, answered_ns: int | None,
+                synced: bool = True) -> Decision:
+        hold, until = _f64(), _i64()
+        r = self.lib.npc_gate_overdue(self.h, dest, sent_ns, now_ns, answered_ns or 0,
+                                      int(answered_ns is not None), int(synced),
+                                      ctypes.byref(hold), ctypes.byref(until))
         return Decision(hold.value, until.value, REASONS[r])
 
     def stats(self, dest: int) -> tuple[int, float]:
@@ -185,6 +200,16 @@ class Engine:
         offset and drift against the reference at ``t_ref_ns`` (``Sync.theta_ns``)."""
         self.lib.npc_set_dest(self.h, i, int(active), int(synced), offset_ns, drift_ppm,
                               t_ref_ns)
+
+    def watch_syn(self, ifindex: int, active_s: float) -> None:
+        """Probe a destination as soon as this VM sends it a TCP SYN on interface ``ifindex``,
+        and for ``active_s`` after (``npc_watch_syn``); before ``start``.
+
+        Raises:
+            OSError: no packet socket (CAP_NET_RAW) or the filter was refused."""
+        e = self.lib.npc_watch_syn(self.h, ifindex, int(active_s * 1e9))
+        if e:
+            raise OSError(-e, os.strerror(-e))
 
     def start(self) -> None:
         """Start the native thread.

@@ -58,10 +58,15 @@ class Records(NamedTuple):
     """One window's probes of every direction ``(src, dst)``, each direction a segment
     (``agents.segments``), sorted by ``(pair_id, idx)`` within it; arrays shape (n,) int64."""
 
-    dirs: list[tuple[str, str]]
-    """The directions, ``(src, dst)`` VM names, sorted."""
+    vms: list[str]
+    """The VMs of the directions, sorted."""
+    src: np.ndarray
+    """Shape (directions,) int64: each direction's sender, an index into ``vms``; the
+    directions are sorted by ``(src, dst)``."""
+    dst: np.ndarray
+    """Shape (directions,) int64: each direction's receiver, an index into ``vms``."""
     starts: np.ndarray
-    """Shape (len(dirs) + 1,): direction i's probes are ``[starts[i]:starts[i + 1]]``."""
+    """Shape (directions + 1,): direction i's probes are ``[starts[i]:starts[i + 1]]``."""
     pair_id: np.ndarray
     """Coded pair of each probe."""
     idx: np.ndarray
@@ -82,8 +87,9 @@ class WindowResult:
         est: VM -> Huygens estimate against the reference (offset at ``t_ns``, ns; the
             window's own drift, ppm; sigmas).
         ntp: VM -> NTP-style estimate on the same probes.
-        owd: ``"a->b"`` -> one-way delays of the window's probes.
-        asym: ``"a|b"`` -> OWD asymmetry, us (``owd.asymmetry_us``).
+        owd: ``"a->b"`` -> one-way delays of the window's probes (the coordinator empties it
+            once a later window is its latest: only the latest is served).
+        asym: ``"a|b"`` -> OWD asymmetry, us (``owd.asymmetry_us``; emptied as ``owd``).
         pairs: pairs fitted and connected to the reference.
         drift: VM -> served drift, ppm (the centred slope, set by the coordinator).
         ntp_drift: the same for the baseline.
@@ -124,14 +130,11 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
     """
     counts = Counter() if counts is None else counts
     t_k = k * window_ns + window_ns // 2
-    vms = sorted({v for d in records.dirs for v in d})
-    vidx = {v: i for i, v in enumerate(vms)}
-    dsrc = np.array([vidx[a] for a, _ in records.dirs], dtype=np.int64)
-    ddst = np.array([vidx[b] for _, b in records.dirs], dtype=np.int64)
+    vms, dsrc, ddst = records.vms, records.src, records.dst
     pa, pb, huygens, ntp_fits = _fit_pairs(records, dsrc, ddst, guard_ns, counts)
     if not pa.size:
         return None
-    r = vidx.get(ref)
+    r = vms.index(ref) if ref in vms else None
     inside = _component(len(vms), r, pa, pb) if r is not None else None
     if inside is None or inside.sum() < 2:
         counts["windows_without_reference"] += 1
@@ -231,7 +234,7 @@ def _fit_pairs(records: Records, src: np.ndarray, dst: np.ndarray, guard_ns: flo
     where the baseline failed) (step 1)."""
     seg = segments.ids(records.starts)
     pure = pure_pairs(records.tx_ns, records.rx_ns, records.pair_id, guard_ns, seg)
-    npure = np.bincount(seg[pure], minlength=len(records.dirs))
+    npure = np.bincount(seg[pure], minlength=records.src.size)
     nv = int(max(src.max(), dst.max())) + 1 if src.size else 1
     key = src * nv + dst
     order = np.argsort(key, kind="stable")
@@ -265,16 +268,19 @@ def _fit_pairs(records: Records, src: np.ndarray, dst: np.ndarray, guard_ns: flo
 def _min_delay_ns(fits: PairFits, p: Probes) -> np.ndarray:
     """Per pair the smaller of the two directions' minimum one-way delays implied by its
     fit (ns)."""
-    fseg, rseg = segments.ids(p.fwd_starts), segments.ids(p.rev_starts)
     base = np.round(fits.offset_ns).astype(np.int64)  # integer part first, as in agents.owd
 
-    def at(t, seg):
-        return fits.offset_ns[seg] + fits.drift_ppm[seg] * 1e-6 * (
-            t - fits.t_ref_ns[seg]).astype(np.float64)
-    fwd = (p.fwd_rx - p.fwd_tx - base[fseg]).astype(np.float64) - (at(p.fwd_tx, fseg)
-                                                                  - base[fseg])
-    rev = (p.rev_rx - p.rev_tx + base[rseg]).astype(np.float64) + (at(p.rev_rx, rseg)
-                                                                  - base[rseg])
+    def at(t, starts):
+        """Per probe (times ``t``, pairs' segments ``starts``) the fit at ``t`` and the
+        integer part of its pair's offset."""
+        fit = segments.spread(fits.offset_ns, starts) + segments.spread(
+            fits.drift_ppm, starts) * 1e-6 * (t - segments.spread(fits.t_ref_ns, starts)
+                                               ).astype(np.float64)
+        return fit, segments.spread(base, starts)
+    fit, b = at(p.fwd_tx, p.fwd_starts)
+    fwd = (p.fwd_rx - p.fwd_tx - b).astype(np.float64) - (fit - b)
+    fit, b = at(p.rev_rx, p.rev_starts)
+    rev = (p.rev_rx - p.rev_tx + b).astype(np.float64) + (fit - b)
     return np.minimum(np.minimum.reduceat(fwd, p.fwd_starts[:-1]),
                       np.minimum.reduceat(rev, p.rev_starts[:-1]))
 

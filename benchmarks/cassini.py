@@ -7,9 +7,10 @@ Ratios are fair / mode (> 1: the mode is faster than fair sharing), measured sid
 one run per seed; ``meet`` is the fraction of the jobs' collective time that met another job's
 (``comm_overlap``), ``skip`` the slots the jobs let pass (late for them by more than their
 clearance), ``clock ms`` how far apart in true time the ranks' clocks put the first and the
-last slot (``slot_error_ms``) and ``quarters`` the same overlap per quarter of the run (raw
-clocks drift apart during it). ``bound`` is fair's mean over the mean slot: the most a schedule
-on those slots can gain (every iteration exactly one slot, no collective ever late). The
+last slot (``slot_error_ms``), ``thirds`` the mean iteration time and the overlap in the
+first, middle and last third of the run (raw clocks drift apart during it). ``bound`` is
+fair's mean over the mean slot: the most a schedule on those slots can gain (every iteration
+exactly one slot, no collective ever late). The
 paper (Rajasekaran et al., NSDI 2024) reports up to 1.6x better average and 2.5x better tail
 iteration time on a 24-server testbed; its precursor (HotNets 2022) up to 1.3x from unfair
 shares alone (1.23x on VGG19).
@@ -18,12 +19,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from itertools import zip_longest
 
 from mininet.log import setLogLevel
 
 from session.results import fidelity_line, validate
 from session.scenario import load, resolve
 from session.session import Session
+
+
+def _f(x: float | None, digits: int) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
 
 
 def main() -> None:
@@ -34,7 +40,7 @@ def main() -> None:
     setLogLevel("error")
     print(f"{'seed':>4s} {'set':>12s} {'score':>5s} {'unsh':>5s} {'mode':>14s} "
           f"{'mean s':>6s} {'p99 s':>6s} {'mean x':>6s} {'p99 x':>5s} {'meet':>4s} {'skip':>4s} "
-          f"{'clock ms':>11s} quarters")
+          f"{'clock ms':>11s} thirds: mean s / meet")
     gains: dict[tuple[str, str], list[tuple[float, float]]] = {}
     ranks = []
     bounds: dict[str, list[float]] = {}
@@ -59,15 +65,15 @@ def main() -> None:
                     continue
                 gm, gp = fair["mean_iteration_s"] / mean, fair["p99_iteration_s"] / p99
                 gains.setdefault((s["name"], mode), []).append((gm, gp))
-                quarters = " ".join("-" if q is None else f"{q:.2f}"
-                                    for q in m.get("comm_overlap_quarters") or [])
+                thirds = " ".join(f"{_f(t, 3)}/{_f(q, 2)}" for t, q in zip_longest(
+                    m.get("mean_iteration_thirds_s") or [], m.get("comm_overlap_thirds") or []))
                 meet = m.get("comm_overlap")
                 err = m.get("slot_error_ms")
                 clock = "-" if not err else f"{err[0]:.1f}->{err[1]:.1f}"
                 print(f"{seed:4d} {s['name']:>12s} {s['score']:5.2f} {s['unshifted_score']:5.2f}"
                       f" {mode:>14s} {mean:6.3f} {p99:6.3f} {gm:6.2f} {gp:5.2f} "
                       f"{'-' if meet is None else f'{meet:.2f}':>4s} "
-                      f"{m.get('skipped_slots') or 0:4d} {clock:>11s} {quarters}")
+                      f"{m.get('skipped_slots') or 0:4d} {clock:>11s} {thirds}")
     for (name, mode), g in gains.items():
         if mode != "fair":
             print(f"median fair/{mode}, {name}: mean {statistics.median(x for x, _ in g):.2f}"

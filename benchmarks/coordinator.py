@@ -166,6 +166,11 @@ def worker(path: str) -> None:
     from agents.coordinator import Coordinator
     from agents.messages import parse_message
     path += ".packed" if hasattr(messages, "pack_records") else ".json"
+    try:  # as the tree's coordinator daemon starts (agents/__main__.py), when it does
+        from agents.heap import settle
+        settle()
+    except ImportError:
+        pass
     coord = Coordinator(window_s=WINDOW_S)
     cpu = {"parse": 0.0, "ingest": 0.0, "step": 0.0}
     steps, groups_ok = [], []

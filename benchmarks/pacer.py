@@ -2,9 +2,12 @@
 (workloads.bulk: a sender is done when the receiver has its bytes) to
 one VM on leaf2 at once, behind its downlink's packet queue; the same rounds with the pacers
 in ``sense`` mode (measuring only: the baseline, plain CUBIC/BBR as configured) and in
-``pace`` mode, On-Ramp's hold as published (``onramp``: the sample's OWD - T) and with the
-sample's age compensated (``pace``: the OWD extrapolated to now, agents/gate.py), side by side
-in one lab per (senders, queue).
+``pace`` mode, On-Ramp's hold as published (``onramp``: the sample's OWD - T) and the pacer's
+default (``pace``: the OWD extrapolated to now, a hold lasting until a sample sent during
+it comes back below T, and a probe without echo for T + the longest hold holding too:
+agents/gate.py), side by side in one lab per (senders, queue). The senders start together
+(``session.incast``'s start barrier: the round is timed from the go, not from their Python
+start).
 
     sudo .venv/bin/python benchmarks/pacer.py [--senders 4] [--queues 50] [--rounds 2]
                                               [--rate 5] [--cc cubic] [--probe-us P] [--before REF]
@@ -38,6 +41,7 @@ from mininet.log import setLogLevel
 from lab import Lab
 from lab.fidelity import FidelitySampler
 from session.daemons import AgentMesh, AgentsSpec, PacerSpec
+from session.edge import wait_synced
 from session.incast import incast
 from session.results import Fidelity, fidelity_line
 from topo import LeafSpine
@@ -50,7 +54,7 @@ def run_mode(lab, mesh, senders, rx, mode: str, spec: PacerSpec, rounds: int, nb
              cc: str | None, tree: str | None = None):
     with pythonpath(tree):
         mesh.start_pacers(senders + [rx], mode, spec)
-    time.sleep(3)
+    wait_synced(mesh, [s.name for s in senders], 60.0)  # else the first round runs ungated
     cpu0 = {k: psutil.Process(p.pid).cpu_times() for k, p in mesh.procs.items()
             if k.startswith("pacer-")}
     t0 = time.monotonic()
@@ -130,7 +134,7 @@ def sweep(args, before: str | None) -> None:
                     rx = lab[f"vm{n + 1}"]
                     spec = PacerSpec(threshold_us=args.threshold_us,
                                      max_hold_us=args.max_hold_us, probe_us=args.probe_us)
-                    onramp = spec.model_copy(update={"predict": False})
+                    onramp = spec.model_copy(update={"predict": False, "fresh": False})
                     rows = [("sense", "sense", spec, None), ("onramp", "pace", onramp, None),
                             ("pace", "pace", spec, None)]
                     if before:

@@ -28,8 +28,10 @@ def add_parser(sub) -> None:
     st = ex.add_parser("start", help="build and run the exercise's lab (root), print the "
                        "task, what was measured and the answer's format",
                        description="Draw the hidden truth from a seed, run the exercise's "
-                                   "lab to its end, and write the record (the truth, mode "
-                                   "0600) and the observations into --dir.")
+                                   "lab to its end (with agents: until every VM has an "
+                                   "estimate in their last settled window, at most 60 s "
+                                   "more), and write the record (the truth, mode 0600) and "
+                                   "the observations into --dir.")
     st.add_argument("name", metavar="NAME")
     st.add_argument("--seed", type=int, help="the seed that hides the truth (default: "
                     "random, printed)")

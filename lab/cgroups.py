@@ -8,12 +8,14 @@ cgroup-v1/cpusets, cgroup-v1/freezer-subsystem and cgroup-v2 documents.
 Budgets: ``cpu_cores`` (float, e.g. 1.5) becomes CFS quota/period (v1 ``cpu.cfs_quota_us``,
 v2 ``cpu.max``) over a 10 ms period (the kernel's default 100 ms lets a host of a quarter core
 run 25 ms and then throttles it for 75 ms: a VM's compute of tens of ms then finishes or
-stalls by chance; a hypervisor shares vCPUs at finer grain); ``cpuset`` ("0-1") pins the
-host's VMs to cores. See the kernel's scheduler/sched-bwc document.
+stalls by chance; a hypervisor shares vCPUs at finer grain; under 0.1 core the period grows
+so that the quota stays at the kernel's 1 ms minimum: ``cfs_budget``); ``cpuset`` ("0-1")
+pins the host's VMs to cores. See the kernel's scheduler/sched-bwc document.
 """
 from __future__ import annotations
 
 import errno
+import math
 import os
 import signal
 import time
@@ -23,6 +25,10 @@ from lab.errors import CapabilityError, LabError
 from lab.names import lab_prefix
 
 PERIOD_US = 10_000
+MIN_QUOTA_US = 1_000
+"""The kernel's smallest CFS quota (sched-bwc: 1 ms); budgets under 0.1 core get a longer
+period (``cfs_budget``)."""
+MAX_PERIOD_US = 1_000_000
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "freezer")
 
 
@@ -76,12 +82,12 @@ class Cgroups:
         for p in self._paths(phys):
             self._mkdir(p)
         if cpu_cores is not None:
-            quota = int(cpu_cores * PERIOD_US)
+            quota, period = cfs_budget(cpu_cores)
             if self.mode == "v1":
-                _write(os.path.join(self._ctl("cpu", phys), "cpu.cfs_period_us"), str(PERIOD_US))
+                _write(os.path.join(self._ctl("cpu", phys), "cpu.cfs_period_us"), str(period))
                 _write(os.path.join(self._ctl("cpu", phys), "cpu.cfs_quota_us"), str(quota))
             else:
-                _write(os.path.join(self._ctl("cpu", phys), "cpu.max"), f"{quota} {PERIOD_US}")
+                _write(os.path.join(self._ctl("cpu", phys), "cpu.max"), f"{quota} {period}")
         if cpuset is not None:
             path = self._ctl("cpuset", phys)
             if path is None:
@@ -142,6 +148,18 @@ class Cgroups:
         stat = dict(line.split() for line in
                     _read(os.path.join(self._ctl("cpu", *parts), "cpu.stat")).splitlines())
         return int(stat["usage_usec"]) * 1000
+
+    def throttling(self, phys: str) -> tuple[int, int, int]:
+        """The CFS bandwidth counters of host ``phys`` now: ``(periods, throttled,
+        throttled_ns)``: enforcement periods in which it had runnable tasks, periods in which
+        it ran out of quota, and the total time its tasks waited for quota (ns). Source: v1
+        ``cpu.stat`` (nr_periods, nr_throttled, throttled_time ns), v2 ``cpu.stat``
+        (throttled_usec); the kernel's scheduler/sched-bwc document."""
+        stat = dict(line.split() for line in
+                    _read(os.path.join(self._ctl("cpu", phys), "cpu.stat")).splitlines())
+        waited = (int(stat["throttled_time"]) if self.mode == "v1"
+                  else int(stat["throttled_usec"]) * 1000)
+        return int(stat["nr_periods"]), int(stat["nr_throttled"]), waited
 
     def freeze(self, phys: str, vm: str, frozen: bool) -> None:
         """Pause (``frozen=True``) or resume every process of ``vm``.
@@ -213,6 +231,22 @@ class Cgroups:
     def exists(self) -> list[str]:
         """The lab's top cgroup directories that still exist."""
         return [p for p in self._paths() if os.path.isdir(p)]
+
+
+def cfs_budget(cpu_cores: float) -> tuple[int, int]:
+    """CFS ``(quota_us, period_us)`` for a budget of ``cpu_cores``: ``PERIOD_US`` (10 ms), or
+    the shortest period whose quota is the kernel's minimum (1 ms) for budgets under 0.1 core.
+
+    Raises:
+        LabError: ``cpu_cores`` is not positive or needs a period over the kernel's 1 s.
+    """
+    if not cpu_cores > 0:
+        raise LabError(f"cpu_cores must be > 0, got {cpu_cores}")
+    period = max(PERIOD_US, math.ceil(MIN_QUOTA_US / cpu_cores))
+    if period > MAX_PERIOD_US:
+        raise LabError(f"cpu_cores {cpu_cores} is below what CFS can limit to (quota >= 1 ms "
+                       f"per period <= 1 s: at least {MIN_QUOTA_US / MAX_PERIOD_US} core)")
+    return max(MIN_QUOTA_US, round(cpu_cores * period)), period
 
 
 def _rmdir(path: str) -> None:

@@ -43,7 +43,8 @@ class Faults:
         self.lab = lab
         self.hogs: dict[str, object] = {}
         self.paused: set[str] = set()
-        self._timers: list[threading.Timer] = []
+        self._cancel = threading.Event()  # set at teardown: pending flap transitions end
+        self._flaps: list[threading.Thread] = []
 
     # -- lookups ---------------------------------------------------------------------------
     def ends(self, a: str, b: str):
@@ -88,20 +89,26 @@ class Faults:
 
     def flap(self, a: str, b: str, down_s: float = 1.0, up_s: float = 1.0, count: int = 3) -> Event:
         """Take the link down for ``down_s`` then up for ``up_s``, ``count`` times, in the
-        background (each transition is stamped)."""
+        background (each transition is stamped). The transitions run in order in one thread,
+        each at its time after the flap's start or, when the one before it (its reroute)
+        took longer, right after it: with a timer each, a slow reroute on a loaded machine
+        let the next transition overtake it."""
         self.ends(a, b)
         ev = self.lab.stamp_fault(Flap(link=(a, b), down_s=down_s, up_s=up_s, count=count))
-        for i in range(count):
-            t_down = i * (down_s + up_s)
-            self._later(t_down, self.link_down, a, b)
-            self._later(t_down + down_s, self.link_up, a, b)
+        start = time.monotonic()
+        steps = [(i * (down_s + up_s) + at, fn) for i in range(count)
+                 for at, fn in ((0.0, self.link_down), (down_s, self.link_up))]
+        t = threading.Thread(target=self._transitions, args=(start, steps, a, b), daemon=True,
+                             name="nslab-flap")
+        self._flaps.append(t)
+        t.start()
         return ev
 
-    def _later(self, delay_s: float, fn, *args) -> None:
-        timer = threading.Timer(delay_s, fn, args)
-        timer.daemon = True
-        self._timers.append(timer)
-        timer.start()
+    def _transitions(self, start: float, steps: list, a: str, b: str) -> None:
+        for at, fn in steps:
+            if self._cancel.wait(max(0.0, start + at - time.monotonic())):
+                return
+            fn(a, b)
 
     def _reshape(self, a: str, b: str, **change):
         for intf in self.ends(a, b):
@@ -223,10 +230,12 @@ class Faults:
         return getattr(self, fault.kind)(**args)
 
     def stop_all(self) -> None:
-        """Cancel pending flaps, stop hogs, resume paused VMs (teardown)."""
-        for t in self._timers:
-            t.cancel()
-        self._timers.clear()
+        """Cancel pending flaps (a transition under way finishes first), stop hogs, resume
+        paused VMs (teardown)."""
+        self._cancel.set()
+        for t in self._flaps:
+            t.join(timeout=10.0)
+        self._flaps.clear()
         for vm in list(self.paused):  # a frozen shell would never exit
             self.lab.cgroups.freeze(self.lab.phys[vm], vm, False)
         self.paused.clear()

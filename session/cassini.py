@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from agents.clock import ClockSpec
 from lab import qos
 from lab.errors import LabError
@@ -43,6 +45,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from agents.messages import CoordinatorState
     from lab.lab import Lab
 
+PARTS = 3
+"""The run cut in thirds for ``comm_overlap_thirds`` and ``mean_iteration_thirds_s``."""
 START_AHEAD_S = 2.0
 """The slots' origin this far after launch: most meshes are up by then, and a rank that is
 not starts on the first slot it can still catch (``Schedule.next_slot``)."""
@@ -167,7 +171,7 @@ def _run_mode(lab: Lab, spec: CassiniSpec, mode: str, p: planner.Plan,
     scheduled = [(cfg.schedule, vms[n], cfg.warmup + cfg.iterations)
                  for n, (_, cfg, _) in zip(names, runs, strict=True) if cfg.schedule]
     return mode_entry(names, summaries) | {
-        "comm_overlap": overlap_fraction(phases), "comm_overlap_quarters": by_quarter(phases),
+        "comm_overlap": overlap_fraction(phases), "comm_overlap_thirds": by_part(phases),
         "skipped_slots": skipped,
         "slot_error_ms": [slot_error_ms(scheduled, specs, last) for last in (False, True)]
         if scheduled else None}
@@ -194,15 +198,29 @@ def true_ns(vm_ns: int, spec: ClockSpec) -> int:
     return vm_ns - round(spec.offset_at(vm_ns))
 
 
-def by_quarter(phases: Sequence[Sequence[tuple[int, int]]]) -> list[float | None]:
-    """``overlap_fraction`` in each quarter of the run (from the first phase's start to the
-    last one's), by the phases' starts: how the interleaving held over time."""
+def by_part(phases: Sequence[Sequence[tuple[int, int]]], parts: int = PARTS
+            ) -> list[float | None]:
+    """``overlap_fraction`` in each of ``parts`` equal parts of the run (from the first
+    phase's start to the last one's end), by the phases' starts: how the interleaving held
+    over time (raw clocks drift apart during a run)."""
     starts = [s for ivs in phases for s, _ in ivs]
     if not starts:
         return []
     t0, t1 = min(starts), max(e for ivs in phases for _, e in ivs)
-    edges = [t0 + (t1 - t0) * q / 4 for q in range(5)]
-    return [overlap_fraction(phases, (edges[q], edges[q + 1])) for q in range(4)]
+    edges = [t0 + (t1 - t0) * q / parts for q in range(parts + 1)]
+    return [overlap_fraction(phases, (edges[q], edges[q + 1])) for q in range(parts)]
+
+
+def iteration_by_part(per_job: Sequence[Sequence[float]], parts: int = PARTS
+                      ) -> list[float | None]:
+    """The mean iteration time in each of ``parts`` parts of the run: every job's iterations
+    (s, in order) cut into ``parts`` runs of consecutive iterations (``numpy.array_split``),
+    the k-th runs of all jobs pooled, s; None for a part without iterations."""
+    pooled: list[list[float]] = [[] for _ in range(parts)]
+    for ts in per_job:
+        for k, chunk in enumerate(np.array_split(np.asarray(ts, dtype=float), parts)):
+            pooled[k] += chunk.tolist()
+    return [float(np.mean(p)) if p else None for p in pooled]
 
 
 def overlap_fraction(jobs_: Sequence[Sequence[tuple[int, int]]],
@@ -250,7 +268,8 @@ def true_comm_phases(summary: Mapping, vms: Sequence[str], specs: Mapping[str, C
 
 
 def mode_entry(names: Sequence[str], summaries: Sequence[Mapping]) -> dict:
-    """One mode's iteration times: over the set, and per job (p50, p99), s."""
+    """One mode's iteration times: over the set (mean, p99 and the mean per third of the
+    run, ``iteration_by_part``), and per job (p50, p99), s."""
     per_job = {n: planner.per_iteration(s, "iteration_s")
                for n, s in zip(names, summaries, strict=True)}
     errors = [s["error"] for s in summaries if s.get("error")]
@@ -259,6 +278,7 @@ def mode_entry(names: Sequence[str], summaries: Sequence[Mapping]) -> dict:
         return failed("; ".join(errors) or "no iterations")
     jobs_ = {n: percentiles(ts, keys=("p50", "p99")) for n, ts in per_job.items()}
     return {"mean_iteration_s": pooled["mean"], "p99_iteration_s": pooled["p99"],
+            "mean_iteration_thirds_s": iteration_by_part(list(per_job.values())),
             "jobs": {n: {"p50_s": t["p50"], "p99_s": t["p99"]} for n, t in jobs_.items()},
             "error": None}
 

@@ -70,11 +70,18 @@ class PacerSpec(BaseModel):
 
     threshold_us: float = Field(500.0, gt=0, description="On-Ramp's T, us: above the sync "
                                                          "error p99 and the base OWD")
-    max_hold_us: float = Field(5000.0, gt=0, description="longest single hold, us")
+    max_hold_us: float = Field(5000.0, gt=0, description="longest single hold, us; it also "
+                               "sets how old an echo may be (4x) and the longest hold in one "
+                               "piece (10x): agents.gate.GateConfig.for_hold")
     probe_us: float = Field(500.0, ge=100, description="OWD probe period per active "
-                                                       "destination, us")
+                                                       "destination, us (while at most 2 "
+                                                       "probes are unanswered)")
     predict: bool = Field(True, description="hold for the OWD extrapolated to now (False: "
                                             "On-Ramp's rule as published; agents/gate.py)")
+    fresh: bool = Field(True, description="a hold also lasts until a sample sent during it "
+                                          "comes back below T, and a probe without echo for "
+                                          "T + max_hold_us holds too (False: On-Ramp's rule "
+                                          "as published; agents/gate.py)")
 
 
 def ns_http_get(ns: str, host: str, port: int, path: str, timeout: float = 3.0) -> dict:
@@ -163,7 +170,8 @@ class AgentMesh:
                          "--threshold-us", str(spec.threshold_us),
                          "--max-hold-us", str(spec.max_hold_us),
                          "--probe-us", str(spec.probe_us)]
-                        + ([] if spec.predict else ["--no-predict"]))
+                        + ([] if spec.predict else ["--no-predict"])
+                        + ([] if spec.fresh else ["--no-fresh"]))
 
     def stop_pacers(self) -> None:
         """Stop every pacer (SIGTERM: each releases its holds, removes its qdisc and sends a
@@ -188,12 +196,14 @@ class AgentMesh:
                                    f"{os.path.join(self.logdir, 'coordinator.log')}") from None
                 time.sleep(0.2)
 
-    def state(self) -> CoordinatorState | None:
-        """The coordinator's ``/api/v1/state``, or None if it does not answer (or answers
-        something that is not that document)."""
+    def state(self, history: int | None = None) -> CoordinatorState | None:
+        """The coordinator's ``/api/v1/state`` with its last ``history`` windows (None: all
+        it keeps; 0: none), or None if it does not answer (or answers something that is not
+        that document)."""
+        query = "" if history is None else f"?history={history}"
         try:
             doc = ns_http_get(self.coordinator.netns, self.coordinator.IP(), HTTP_PORT,
-                              "/api/v1/state")
+                              "/api/v1/state" + query)
             return CoordinatorState.model_validate(doc)
         except (OSError, ValueError):
             return None

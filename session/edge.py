@@ -53,6 +53,26 @@ def _reports(mesh: AgentMesh, vms: list[str], seen: dict[str, int]) -> Coordinat
         time.sleep(0.2)
 
 
+def wait_synced(mesh: AgentMesh, vms: list[str], timeout_s: float) -> CoordinatorState:
+    """Wait until the pacers of ``vms`` report ``synced`` (their gate can act: a pacer's
+    start, Python importing numpy, pydantic and pyroute2, took over 5 s on a loaded machine,
+    and its gate stays open until the clock sync has converged); the coordinator's state then.
+
+    Raises:
+        LabError: not within ``timeout_s`` (the pacers' states are named).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        st = mesh.state()
+        if st is not None and all(v in st.pacers and st.pacers[v].synced for v in vms):
+            return st
+        if time.monotonic() > deadline:
+            states = {v: st.pacers[v].status if st and v in st.pacers else "no report"
+                      for v in vms}
+            raise LabError(f"pacers not synchronized within {timeout_s:.0f} s: {states}")
+        time.sleep(0.5)
+
+
 def _seen(st: CoordinatorState | None) -> dict[str, int]:
     return {k: r.t_ns for k, r in st.pacers.items()} if st is not None else {}
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -39,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from lab.capabilities import require_root
 from lab.errors import LabError, ScenarioError, ScenarioProblem
-from session.exercise_checks import KINDS, Kind, Live, Verdict
+from session.exercise_checks import KINDS, Kind, Live, Verdict, settled_window
 from session.scenario import Scenario, load, load_model
 from session.session import Session
 from session.topology import build
@@ -47,6 +48,9 @@ from session.topology import build
 EXERCISE_DIR = Path(__file__).parent / "exercises"
 RECORD = "nslab.exercise/1"
 DEFAULT_DIR = "nslab-exercises"
+SETTLE_S = 60.0
+"""How long ``start`` keeps a lab with agents running past its duration, at most, until
+every VM has an estimate in the agents' last settled window (s)."""
 Hidden = Literal["placement", "collocation", "links", "faults"]
 
 
@@ -178,6 +182,7 @@ def start(ex: Exercise, seed: int, directory: str | Path = DEFAULT_DIR,
     session.start()
     try:
         session.wait()
+        wait_settled(session)
         live = Live(session.links(), session.vms())
     finally:
         session.stop()
@@ -189,6 +194,26 @@ def start(ex: Exercise, seed: int, directory: str | Path = DEFAULT_DIR,
     observations_path(directory, ex.name).write_text(
         json.dumps(record["observations"], indent=1) + "\n")
     return record
+
+
+def wait_settled(session: Session, timeout_s: float = SETTLE_S) -> None:
+    """Keep the session's lab running until every VM has an offset and a drift in the
+    agents' last settled window (``exercise_checks.settled_window``), at most ``timeout_s``
+    (nothing to wait for without agents). On a loaded machine a VM's agent can start
+    seconds late, and the scenario's duration counts from bring-up (seen once in the
+    colocated exercise: vm5 and vm6, the VMs of one host, without an estimate)."""
+    if session.mesh is None:
+        return
+    names = [vm.name for vm in session.lab.vms]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        window = settled_window(session.mesh.state(session.sc.agents.drift_windows))
+        if window is not None and all(v in window.vms and window.vms[v].offset_ns is not None
+                                      and window.vms[v].drift_ppm is not None for v in names):
+            return
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.5)
 
 
 def read_record(directory: str | Path, name: str) -> dict:

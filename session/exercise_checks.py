@@ -107,6 +107,16 @@ def vms_of(topo: Topo) -> list[str]:
     return sorted(topo.hosts(), key=natural_key)
 
 
+def settled_window(agents):
+    """The coordinator's last settled window (``HistoryEntry``) in its state ``agents``:
+    the ``drift_windows // 2 + 1``-th newest, whose drift is no longer provisional (the
+    newer windows' are one-sided, hence noisier); None without state or so many windows."""
+    settled = agents.drift_windows // 2 + 1 if agents is not None else 0
+    if agents is None or len(agents.history) < settled:
+        return None
+    return agents.history[-settled]
+
+
 # -- colocated -----------------------------------------------------------------------------
 class GroupsAnswer(_Strict):
     groups: list[list[str]] = Field(description="the VMs of each physical host that holds "
@@ -127,12 +137,10 @@ class Colocated(Kind):
         return {}
 
     def observe(self, doc, agents, live, truth):
-        """The estimates of the last settled window (its drift no longer provisional: the
-        last ``drift_windows // 2`` windows' are one-sided, hence noisier)."""
-        settled = agents.drift_windows // 2 + 1 if agents is not None else 0
-        if agents is None or len(agents.history) < settled:
+        """The estimates of the last settled window (``settled_window``)."""
+        window = settled_window(agents)
+        if window is None:
             return {"error": "the agents settled no window"}
-        window = agents.history[-settled]
         return {"reference": agents.reference,
                 "clocks": {vm: {"offset_us": round(est.offset_ns / 1e3, 1),
                                 "drift_ppm": round(est.drift_ppm, 3)}

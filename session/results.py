@@ -480,10 +480,14 @@ class CassiniMode(_Model):
                                        "collective too (true time, from the ranks' own "
                                        "timestamps and the lab's clock truth); 0 = fully "
                                        "interleaved")
-    comm_overlap_quarters: list[float | None] = Field(
-        default_factory=list, description="comm_overlap in each quarter of the run (by the "
+    comm_overlap_thirds: list[float | None] = Field(
+        default_factory=list, description="comm_overlap in each third of the run (by the "
         "collectives' start, true time): how the interleaving held as the clocks drifted; "
-        "null for a quarter without collectives")
+        "null for a third without collectives")
+    mean_iteration_thirds_s: list[float | None] = Field(
+        default_factory=list, description="mean iteration time in each third of the run "
+        "(each job's iterations cut in three runs of consecutive ones, pooled over the set), "
+        "s")
     skipped_slots: int | None = Field(None, description="slots the jobs let pass, being later "
                                       "for them than their late_s (per job its slowest rank's "
                                       "count, summed; 0 without slots)")
@@ -577,6 +581,8 @@ class PacerSection(_Model):
     max_hold_us: float = Field(description="longest single hold, us")
     probe_us: float = Field(description="OWD probe period per active destination, us")
     predict: bool = Field(description="holds on the OWD extrapolated to now (agents/gate.py)")
+    fresh: bool = Field(description="a hold lasts until a sample sent during it is below T "
+                                    "(agents/gate.py)")
     reports: dict[str, PacerReport] = Field(description="by VM: its last PacerReport "
                                                         "(agents/API.md)")
 
@@ -609,6 +615,10 @@ class LbRun(_Model):
                                                  "the job's launch")
     link_bytes: dict[str, int] = Field(description="bytes per leaf-spine link (leaf-spine) "
                                                    "during the run")
+    link_bytes_at_fault: dict[str, int] = Field(description="link_down: bytes per leaf-spine "
+                                                "link from the run's start until the link was "
+                                                "down and the routes around it (empty "
+                                                "otherwise)")
     balancer_events: dict[str, int] = Field(description="the ranks' balancer counters summed: "
                                             "ethereal failed_marks, moves, path_changes; reps "
                                             "clean_acks, marked_acks, freezes (empty for "

@@ -116,7 +116,8 @@ class PlacementSpec(_Strict):
 
 
 class HostCpuSpec(_Strict):
-    cpu_cores: float | None = Field(None, gt=0, description="CPU budget, cores")
+    cpu_cores: float | None = Field(None, ge=0.001, description="CPU budget, cores (CFS "
+                                    "quota over 10 ms; under 0.1 core a longer period)")
     cpuset: str | None = Field(None, description="cores, e.g. '0' or '0-1'")
 
 
@@ -247,7 +248,8 @@ class LbSpec(_Strict):
     degraded_fraction: float = Field(0.25, gt=0, lt=1, description="degraded: the link's rate "
                                      "as a fraction of the others'")
     down_at: float = Field(0.5, ge=0, le=1, description="link_down: when, as a fraction of the "
-                           "timed iterations (after the warm-up) of the mode's symmetric run")
+                           "bytes the link's leaf moved on its uplinks in the mode's symmetric "
+                           "run (warm-up included), counted from the job's launch")
     timeout_s: float = Field(60.0, gt=0, le=3600, description="each job's timeout, s")
 
 

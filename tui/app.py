@@ -328,7 +328,8 @@ class NslabApp(App):
         self.history.add(snap)
         self.refresh_plots()
         if self.exercise is not None and self.exercise.check_backend is self.backend \
-                and self.exercise.checking is not None and snap.state == "done":
+                and self.exercise.checking is not None and snap.state in ("done", "stopped",
+                                                                          "error"):
             self._check_done(snap)
         top = self.screen_stack[-1] if self.screen_stack else None  # none while quitting
         if isinstance(top, DetailScreen):
@@ -663,13 +664,19 @@ class NslabApp(App):
         return verdict.text()
 
     def _check_done(self, snap: Snapshot) -> None:
-        """The check's own lab finished its jobs: the verdict from its jobs' results, in the
-        event log and the exercise screen (shown)."""
+        """The check's own lab finished its jobs (state "done"): the verdict from its jobs'
+        results; or it ended before ("stopped", "error": bring-up or agents failed, or it was
+        stopped): no verdict, and why. Either in the event log and the exercise screen
+        (shown)."""
         run = self.exercise
         answer, run.checking, run.check_backend = run.checking, None, None
-        record = {"truth": run.truth, "scenario": run.scenario,
-                  "check_results": {"jobs": self.backend.job_results()}}
-        text = self._verdict(run, answer, record)
+        if snap.state == "done":
+            record = {"truth": run.truth, "scenario": run.scenario,
+                      "check_results": {"jobs": self.backend.job_results()}}
+            text = self._verdict(run, answer, record)
+        else:
+            why = getattr(self.backend, "error", None) or f"its lab was {snap.state}"
+            text = f"no verdict: the check's lab ended before its jobs were done ({why})"
         for line in text.splitlines():
             self.w_log.note(line, snap.time_s)
         run.verdict = text

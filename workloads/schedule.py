@@ -6,6 +6,9 @@ the next slot after the previous iteration's (``next_slot``) and starts no earli
 rank later than ``late_s`` for that slot lets it pass and waits for the first one it can still
 catch (so does the first iteration, once the mesh is up), instead of running late for all the
 next ones and losing its phase, the point of the shift. A rank late by less starts at once.
+Each rank decides alone: the others start on time and wait in the collective for the rank that
+skipped, so they come late to their next slot and skip it too; one late rank can cost the job
+two slots (ranks that agreed first would need a round trip per iteration).
 Each rank reads the reference time through its own VM clock: ``offsets_ns[rank]`` is that
 VM's clock minus the reference clock at ``start_ns`` and ``drifts_ppm[rank]`` its rate
 against the reference (what the agents estimate), so the slot on the VM clock is

@@ -14,7 +14,8 @@
  *      and runs On-Ramp's gate on it (npc_gate_decide: agents/gate.py's Gate.decide, the same
  *      arithmetic in the same order, which the unit tests check on the same inputs);
  *   4. holds a destination by sending its prebuilt RTM_NEWQDISC message (agents/hold.py builds
- *      it: the TBF under the destination's HTB class at <= 64 kbit/s) and releases it when the
+ *      it: the TBF under the destination's HTB class at <= 64 kbit/s), also when its oldest
+ *      unanswered probe is late (npc_gate_overdue: Gate.overdue), and releases it when the
  *      hold ends (the open message, then a probe to that destination, which wakes the device);
  *   5. records every sample (destination, OWD, whether a hold was applied and how long after
  *      the echo's kernel arrival) in a ring that Python drains (npc_drain).
@@ -32,6 +33,9 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <linux/filter.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
 #include <linux/netlink.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -63,17 +67,18 @@ typedef int64_t (*conv_fn)(int64_t);
 /* ------------------------------------------------------------------ the gate (agents/gate.py) */
 struct npc_gate_cfg {       /* GateConfig */
     double threshold_ns, max_hold_ns, max_age_ns, max_continuous_ns, max_slope;
-    int32_t predict, pad;
+    int32_t predict, fresh;
 };
 
 /* Decision reasons, in agents.pacerio.REASONS order */
-enum { G_UNSYNCED, G_STALE, G_PREDATES, G_OPEN_AFTER, G_BELOW, G_ABOVE };
+enum { G_UNSYNCED, G_STALE, G_PREDATES, G_OPEN_AFTER, G_BELOW, G_ABOVE, G_FRESH, G_NOT_LATE,
+       G_SILENT, G_GOES_ON, G_OVERDUE };
 
 struct gdest {              /* gate._Dest */
-    int64_t held_until, held_since, open_until, last_sent;
+    int64_t held_until, held_since, open_until, last_sent, time_until;
     int64_t holds;
     double held_ns, last_owd;
-    int has_last;
+    int has_last, waiting;
 };
 
 struct npc_gate {
@@ -132,22 +137,37 @@ int npc_gate_decide(struct npc_gate *g, int i, double owd, int64_t sent, int64_t
         return G_STALE;
     double pred = predicted(g, d, owd, sent, now);
     int holding = now < d->held_until;
+    if (!holding && d->waiting) {   /* the hold ran to its cap with no fresh sample below T */
+        d->waiting = 0;
+        d->open_until = d->held_until + (int64_t)g->cfg.max_hold_ns;
+    }
     if (holding && sent < d->held_since) {
         *until_ns = d->held_until;
         return G_PREDATES;
     }
     if (now < d->open_until)
         return G_OPEN_AFTER;
-    if (owd <= g->cfg.threshold_ns)
-        return G_BELOW;
+    if (owd <= g->cfg.threshold_ns) {
+        if (!d->waiting)
+            return G_BELOW;
+        int64_t end = d->time_until > now ? d->time_until : now;
+        d->held_ns -= (double)(d->held_until - end);
+        d->held_until = end, d->waiting = 0;
+        *until_ns = end;
+        return G_FRESH;
+    }
     double excess = pred - g->cfg.threshold_ns;
     if (!holding) {
-        d->held_since = now;
+        d->held_since = now, d->time_until = 0;
         d->holds++;
     }
     int64_t end = now + (int64_t)fmin(excess, g->cfg.max_hold_ns);
     int64_t cap = d->held_since + (int64_t)g->cfg.max_continuous_ns;
-    if (end >= cap) {
+    if (g->cfg.fresh) {
+        int64_t t = end > d->time_until ? end : d->time_until;
+        d->time_until = t < cap ? t : cap, d->waiting = 1;
+        end = cap;
+    } else if (end >= cap) {
         end = cap;
         d->open_until = cap + (int64_t)g->cfg.max_hold_ns;
     }
@@ -155,6 +175,38 @@ int npc_gate_decide(struct npc_gate *g, int i, double owd, int64_t sent, int64_t
     d->held_until = end;
     *hold_ns = (double)(end - now), *until_ns = end;
     return G_ABOVE;
+}
+
+/* Gate.overdue for destination ``i``: its probe sent at ``sent`` has no echo by ``now``; its
+ * last echo came at ``answered`` (``has_answered`` 0: never). The reason; *hold_ns as above. */
+int npc_gate_overdue(struct npc_gate *g, int i, int64_t sent, int64_t now, int64_t answered,
+                     int has_answered, int synced, double *hold_ns, int64_t *until_ns)
+{
+    struct gdest *d = &g->d[i];
+    *hold_ns = 0.0, *until_ns = 0;
+    if (!synced)
+        return G_UNSYNCED;
+    if (!g->cfg.fresh || (double)(now - sent) <= g->cfg.threshold_ns + g->cfg.max_hold_ns)
+        return G_NOT_LATE;
+    if (!has_answered || (double)(now - answered) > g->cfg.max_age_ns)
+        return G_SILENT;
+    if (now < d->held_until) {
+        *until_ns = d->held_until;
+        return G_GOES_ON;
+    }
+    if (d->waiting) {       /* the hold ran to its cap with no fresh sample below T */
+        d->waiting = 0;
+        d->open_until = d->held_until + (int64_t)g->cfg.max_hold_ns;
+    }
+    if (now < d->open_until)
+        return G_OPEN_AFTER;
+    int64_t end = now + (int64_t)g->cfg.max_continuous_ns;
+    d->held_since = now, d->time_until = now, d->waiting = 1;
+    d->holds++;
+    d->held_ns += (double)(end - now);
+    d->held_until = end;
+    *hold_ns = (double)(end - now), *until_ns = end;
+    return G_OVERDUE;
 }
 
 void npc_gate_stats(const struct npc_gate *g, int i, int64_t *holds, double *held_ns)
@@ -173,6 +225,7 @@ struct npc_rec {            /* one OWD sample (agents/pacerio.py: RECORD) */
 
 struct npc_dstats {         /* per destination, since the start */
     int64_t sent, echoed, samples, above, switches, switch_errors;
+    int64_t overdue;        /* holds started by a late echo (npc_gate_overdue) */
 };
 
 struct npc_counters {
@@ -184,16 +237,18 @@ struct dest {
     uint32_t ip;            /* network order */
     int active, synced, held;
     double off_ns, drift_ppm;
-    int64_t next_probe, release_at, probed_at;
+    int64_t next_probe, release_at, probed_at, syn_at;
+    int64_t first_unanswered, answered_at;  /* the oldest unanswered probe; the last echo */
     int unanswered;         /* probes sent since the last echo */
+    int has_answered;
     unsigned char hold_msg[MAX_MSG], open_msg[MAX_MSG];
     int hold_len, open_len;
     struct npc_dstats st;
 };
 
 struct npc {
-    int fd, nl, port, n, pace;
-    int64_t probe_ns, t_ref;
+    int fd, nl, pk, port, n, pace;
+    int64_t probe_ns, t_ref, syn_active_ns;
     uint64_t seq;
     uint32_t nlseq;
     double me_off, me_drift;
@@ -261,8 +316,50 @@ struct npc *npc_new(int fd, int port, int n, const uint32_t *ips, int pace,
     }
     for (int i = 0; i < n; i++)
         h->d[i].ip = ips[i];
+    h->pk = -1;
     pthread_mutex_init(&h->mu, NULL);
     return h;
+}
+
+/* Watch interface ``ifindex``'s outgoing TCP SYNs (AF_PACKET, a classic BPF filter: outgoing,
+ * IPv4, TCP, first fragment, SYN without ACK; every packet the interface sends is cloned for
+ * the filter, as for tcpdump): a destination this VM opens a connection to is
+ * probed at once and for ``active_ns`` (sock_diag, polled by Python every sense_s, sees a
+ * connection's data only after its first window is in the queue). Before npc_start; 0 or
+ * -errno (no CAP_NET_RAW). */
+int npc_watch_syn(struct npc *h, int ifindex, int64_t active_ns)
+{
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, SKF_AD_OFF + SKF_AD_PKTTYPE),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PACKET_OUTGOING, 0, 11),
+        BPF_STMT(BPF_LD | BPF_H | BPF_ABS, SKF_AD_OFF + SKF_AD_PROTOCOL),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IP, 0, 9),
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 9),              /* IPv4 protocol */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IPPROTO_TCP, 0, 7),
+        BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 6),              /* fragment offset */
+        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x1fff, 5, 0),
+        BPF_STMT(BPF_LDX | BPF_B | BPF_MSH, 0),             /* x = IP header length */
+        BPF_STMT(BPF_LD | BPF_B | BPF_IND, 13),             /* TCP flags */
+        BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0x12),          /* SYN | ACK */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x02, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, 64),
+        BPF_STMT(BPF_RET | BPF_K, 0),
+    };
+    struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
+    /* ETH_P_ALL: a packet socket of one protocol sees only received packets */
+    int fd = socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, htons(ETH_P_ALL));
+    if (fd < 0)
+        return -errno;
+    struct sockaddr_ll at = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_ALL),
+                             .sll_ifindex = ifindex};
+    if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) < 0 ||
+        bind(fd, (struct sockaddr *)&at, sizeof at) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    h->pk = fd, h->syn_active_ns = active_ns;
+    return 0;
 }
 
 /* The switch of destination ``i``: its hold and open RTM_NEWQDISC messages (seq rewritten). */
@@ -334,7 +431,8 @@ static void send_probe(struct npc *h, int i, int64_t now)
         h->d[i].st.sent++;
     h->d[i].next_probe = now + h->probe_ns;
     h->d[i].probed_at = now;
-    h->d[i].unanswered++;
+    if (!h->d[i].unanswered++)
+        h->d[i].first_unanswered = now;
 }
 
 /* When destination ``d`` may be probed next: its period, later while IN_FLIGHT probes are
@@ -355,14 +453,57 @@ static int find(const struct npc *h, uint32_t ip)
     return -1;
 }
 
+/* Probed: active by sock_diag (Python) or by a SYN within syn_active_ns. */
+static int active(const struct npc *h, const struct dest *d, int64_t now)
+{
+    return d->active || (d->syn_at && now - d->syn_at < h->syn_active_ns);
+}
+
+static void on_syns(struct npc *h)
+{
+    unsigned char b[64];
+    ssize_t len;
+    while ((len = recv(h->pk, b, sizeof b, MSG_DONTWAIT)) >= 20) {
+        uint32_t dst;
+        memcpy(&dst, b + 16, 4);
+        pthread_mutex_lock(&h->mu);
+        int i = find(h, dst);
+        if (i >= 0) {
+            int64_t now = now_vm(h);
+            h->d[i].syn_at = now, h->d[i].next_probe = now;
+        }
+        pthread_mutex_unlock(&h->mu);
+    }
+}
+
+/* Hold destination ``d`` until ``until`` (its prebuilt message; a fresh probe goes out at once).
+ * 1 when it is held now. */
+static int hold(struct npc *h, struct dest *d, int64_t until, int64_t now)
+{
+    if (!d->held) {
+        if (!d->hold_len) {
+            h->c.unprepared++;
+        } else if (nl_send(h, d->hold_msg, d->hold_len) == 0) {
+            d->held = 1;
+            d->st.switches++;
+            d->next_probe = now;    /* a fresh sample, taken in the hold, at once */
+        } else {
+            d->st.switch_errors++;
+        }
+    }
+    d->release_at = until;
+    return d->held;
+}
+
 static void on_echo(struct npc *h, int i, int64_t tx, int64_t prx, int64_t seen)
 {
     struct dest *d = &h->d[i];
+    int64_t now = now_vm(h);
     d->st.echoed++;
     d->unanswered = 0;
+    d->answered_at = now, d->has_answered = 1;
     if (!d->synced)
         return;
-    int64_t now = now_vm(h);
     double owd = (double)(prx - tx) - theta(h, d->off_ns, d->drift_ppm, prx)
                  + theta(h, h->me_off, h->me_drift, tx);
     struct npc_rec r = {.dst = i, .owd_ns = owd, .tx_ns = tx, .wake_ns = now - seen};
@@ -372,19 +513,11 @@ static void on_echo(struct npc *h, int i, int64_t tx, int64_t prx, int64_t seen)
     if (h->pace) {
         double hold_ns;
         int64_t until;
-        npc_gate_decide(h->gate, i, owd, tx, now, 1, &hold_ns, &until);
-        if (hold_ns > 0) {
-            if (!d->held) {
-                if (!d->hold_len) {
-                    h->c.unprepared++;
-                } else if (nl_send(h, d->hold_msg, d->hold_len) == 0) {
-                    d->held = 1;
-                    d->st.switches++;
-                } else {
-                    d->st.switch_errors++;
-                }
-            }
+        int why = npc_gate_decide(h->gate, i, owd, tx, now, 1, &hold_ns, &until);
+        if (why == G_FRESH && d->held)
             d->release_at = until;
+        if (hold_ns > 0) {
+            hold(h, d, until, now);
             r.held = 1;
             r.react_ns = now_vm(h) - seen;
         }
@@ -460,7 +593,27 @@ static void drain_netlink(struct npc *h)
     }
 }
 
-/* Releases due, probes due; the next time something is due (ns, VM clock). */
+/* Destination ``i``'s oldest unanswered probe, when it is late (npc_gate_overdue): a hold.
+ * When to look again (ns, VM clock; INT64_MAX: nothing to watch). */
+static int64_t watch_echo(struct npc *h, int i, int64_t now)
+{
+    struct dest *d = &h->d[i];
+    if (!h->pace || !d->synced || !d->unanswered || d->held)
+        return INT64_MAX;
+    int64_t late = d->first_unanswered +
+                   (int64_t)(h->gate->cfg.threshold_ns + h->gate->cfg.max_hold_ns) + 1;
+    if (now < late)
+        return late;
+    double hold_ns;
+    int64_t until;
+    npc_gate_overdue(h->gate, i, d->first_unanswered, now, d->answered_at, d->has_answered, 1,
+                     &hold_ns, &until);
+    if (hold_ns > 0 && hold(h, d, until, now))
+        d->st.overdue++;
+    return INT64_MAX;
+}
+
+/* Releases due, late echoes, probes due; the next time something is due (ns, VM clock). */
 static int64_t step(struct npc *h)
 {
     int64_t now = now_vm(h), next = now + IDLE_NS;
@@ -468,6 +621,12 @@ static int64_t step(struct npc *h)
     for (int i = 0; i < h->n; i++) {
         struct dest *d = &h->d[i];
         int kick = 0;
+        int on = active(h, d, now);
+        if (on) {
+            int64_t late = watch_echo(h, i, now);
+            if (late < next)
+                next = late;
+        }
         if (d->held && d->release_at <= now) {
             if (nl_send(h, d->open_msg, d->open_len) == 0) {
                 d->held = 0;
@@ -477,11 +636,11 @@ static int64_t step(struct npc *h)
                 d->st.switch_errors++;
             }
         }
-        if (kick || (d->active && probe_due(h, d) <= now))
+        if (kick || (on && probe_due(h, d) <= now))
             send_probe(h, i, now);
         if (d->held && d->release_at < next)
             next = d->release_at;
-        if (d->active && probe_due(h, d) < next)
+        if (on && probe_due(h, d) < next)
             next = probe_due(h, d);
     }
     pthread_mutex_unlock(&h->mu);
@@ -491,13 +650,16 @@ static int64_t step(struct npc *h)
 static void *run(void *arg)
 {
     struct npc *h = arg;
-    struct pollfd p[2] = {{.fd = h->fd, .events = POLLIN}, {.fd = h->nl, .events = POLLIN}};
+    struct pollfd p[3] = {{.fd = h->fd, .events = POLLIN}, {.fd = h->nl, .events = POLLIN},
+                          {.fd = h->pk, .events = POLLIN}};   /* pk -1: ignored */
     while (!h->stop) {
         int64_t wait = step(h) - now_vm(h);
         if (wait < 0)
             wait = 0;
         struct timespec ts = {wait / 1000000000, wait % 1000000000};
-        if (ppoll(p, 2, &ts, NULL) > 0) {
+        if (ppoll(p, 3, &ts, NULL) > 0) {
+            if (p[2].revents & POLLIN)
+                on_syns(h);
             if (p[0].revents & POLLIN)
                 receive(h);
             if (p[1].revents & POLLIN)
@@ -565,6 +727,8 @@ void npc_free(struct npc *h)
         return;
     npc_stop(h);
     close(h->nl);
+    if (h->pk >= 0)
+        close(h->pk);
     pthread_mutex_destroy(&h->mu);
     npc_gate_free(h->gate);
     free(h->ring);

@@ -2,12 +2,12 @@
 naive vs collocation-aware job), and the agents' robustness on a real fabric (fuzzed probes
 from a VM, a paused VM, a spine link down and up).
 
-Measured here (2 cores, software timestamps, quickstart: 8 VMs, 4 hosts, load and a link
-down on the timeline and the jobs' traffic at the end), five runs: offset |error| p50
-0.03-0.05 us, p99 0.26-5 us (once 1316 us: the TCP flow's queue stood through a window);
-drift p99 0.04-0.11 ppm; collocation equal to the truth 7-8 s after the agents started;
-naive AllReduce 1.8-2.0 s vs collocation-aware 1.3 s. The tolerances below leave room for a
-loaded CI machine.
+Measured here (2 cores, software timestamps, quickstart when it had 8 VMs on 4 hosts, the
+coordinator in vm1 and jobs of 8 iterations; load and a link down on the timeline and the
+jobs' traffic at the end), five runs: offset |error| p50 0.03-0.05 us, p99 0.26-5 us (once
+1316 us: the TCP flow's queue stood through a window); drift p99 0.04-0.11 ppm; collocation
+equal to the truth 7-8 s after the agents started; naive AllReduce 1.8-2.0 s vs
+collocation-aware 1.3 s. The tolerances below leave room for a loaded CI machine.
 """
 import json
 import os

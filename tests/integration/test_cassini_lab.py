@@ -5,6 +5,7 @@ import time
 
 from lab.clocks import ClockConfig
 from session import jobs
+from session.cassini import true_comm_phases
 from session.results import validate
 from session.scenario import load
 from session.session import Session
@@ -15,11 +16,10 @@ S = 1_000_000_000
 PERIOD_S = 0.3
 
 
-def comm_intervals(job) -> list[tuple[int, int]]:
-    """Rank 0's collective phases of a finished job, [start, end) ns on its VM clock."""
-    doc = job.wait()["workers"][0]
-    pairs = zip(doc["comm_start_ns"], doc["comm_s"], strict=True)
-    return [(t, t + round(c * S)) for t, c in pairs]
+def comm_phases(lab, job, vms) -> list[tuple[int, int]]:
+    """A finished job's collective phases, [start, end) ns: each from its last rank's start
+    (a rank woken late by a loaded machine does not stretch its peer's phase)."""
+    return true_comm_phases(job.wait(), vms, lab.clocks.specs)
 
 
 def overlap_s(a, b) -> float:
@@ -35,7 +35,8 @@ def run_pair(lab, shift_s: float) -> tuple[float, list[dict]]:
     with jobs.launch(lab, "ja", cfgs[0], ["vm1", "vm3"]) as a, \
             jobs.launch(lab, "jb", cfgs[1], ["vm2", "vm4"]) as b:
         entries = [jobs.finish(lab, a), jobs.finish(lab, b)]
-        return overlap_s(comm_intervals(a), comm_intervals(b)), entries
+        return overlap_s(comm_phases(lab, a, ["vm1", "vm3"]),
+                         comm_phases(lab, b, ["vm2", "vm4"])), entries
 
 
 def test_shifted_slots_interleave_two_jobs_on_a_shared_link(nslab_lab):
@@ -93,6 +94,9 @@ def test_session_profiles_plans_and_runs_a_set_in_each_mode(tmp_path):
     for m in cs.modes.values():
         assert m.error is None and set(m.jobs) == {"a", "b"}
         assert 0 < m.mean_iteration_s <= m.p99_iteration_s and 0 <= m.comm_overlap <= 1
+        thirds = m.mean_iteration_thirds_s  # 5 iterations a job: runs of 2, 2 and 1
+        assert len(thirds) == len(m.comm_overlap_thirds) == 3, m
+        assert min(thirds) <= m.mean_iteration_s <= max(thirds), m
     assert cs.modes["fair"].skipped_slots == cs.modes["unfair"].skipped_slots == 0  # no slots
     # the unfair mode's classes went on the fabric for its run only (a: CS1, b: CS2)
     classes = [e.params for e in doc.truth.faults if e.kind == "classes"]

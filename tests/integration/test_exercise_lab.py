@@ -1,12 +1,17 @@
 """An exercise end to end in a real lab: ``colocated`` started (the seed hides which VMs share
-a host, the agents measure the clocks), answered from what the student is shown (VMs whose
-drift estimates agree), and checked: that answer passes, a wrong one fails."""
+a host, the agents measure the clocks) and checked: the true groups pass, a wrong pairing
+fails, and the answer a student finds in what was shown (VMs whose drift estimates agree)
+passes unless the machine was saturated (then starved agents may misjudge a drift: seen once
+with two CPU hogs besides, vm1 paired with vm8)."""
 import os
 import stat
+
+import pytest
 
 from agents.owd import natural_key
 from cli.main import main
 from session import exercise
+from session.scoring import truth_groups
 
 
 def pairs_by_drift(clocks: dict) -> list[list[str]]:
@@ -26,13 +31,22 @@ def test_colocated_start_then_check(tmp_path, capsys):
         assert stat.S_IMODE(os.stat(hidden).st_mode) == 0o600
     clocks = record["observations"]["clocks"]
     assert set(clocks) == {f"vm{i}" for i in range(1, 9)}
-    groups = pairs_by_drift(clocks)
     answer = tmp_path / "answer.yaml"
-    answer.write_text("groups:\n" + "".join(f"  - [{', '.join(g)}]\n" for g in groups))
-    assert main(["exercise", "check", "colocated", str(answer), "--dir", str(tmp_path)]) == 0
-    assert "PASSED: 5 of 5 right" in capsys.readouterr().out
-    wrong = [[groups[0][0], groups[1][0]], [groups[0][1], groups[1][1]]]
-    answer.write_text(f"groups: {wrong}\n".replace("'", ""))
-    assert main(["exercise", "check", "colocated", str(answer), "--dir", str(tmp_path)]) == 1
-    out = capsys.readouterr().out
-    assert "are not the VMs of one physical host" in out and "NOT YET" in out
+
+    def check(groups: list[list[str]]) -> tuple[int, str]:
+        answer.write_text("groups:\n" + "".join(f"  - [{', '.join(g)}]\n" for g in groups))
+        code = main(["exercise", "check", "colocated", str(answer), "--dir", str(tmp_path)])
+        return code, capsys.readouterr().out
+
+    truth = sorted(sorted(g, key=natural_key) for g in truth_groups(doc["truth"]["placements"]))
+    code, out = check(truth)
+    assert code == 0 and "PASSED: 5 of 5 right" in out, out
+    code, out = check([[truth[0][0], truth[1][0]], [truth[0][1], truth[1][1]]])
+    assert code == 1 and "are not the VMs of one physical host" in out and "NOT YET" in out
+    groups = pairs_by_drift(clocks)
+    if doc["lab"]["fidelity"]["saturated"]:
+        pytest.skip("the machine was saturated (fidelity: saturated_share "
+                    f"{doc['lab']['fidelity']['saturated_share']}): the student's answer from "
+                    f"the drift estimates is not checked ({groups} against {truth}; {clocks})")
+    code, out = check(groups)
+    assert code == 0, (out, groups, truth, clocks)

@@ -1,8 +1,15 @@
 """The load-balancer comparison in a real lab, short: an AllToAll across two leaves under
 ECMP, spraying, REPS and Ethereal, symmetric and with a leaf-spine link taken down mid-job
-(once its leaf moved half of the symmetric run's bytes). Every mode survives the failure
-(the job finishes verified, nothing hangs), the failed link stops carrying bytes mid-job,
-and the results carry the contract's fields."""
+(once its leaf moved a fifth of the symmetric run's bytes). Every mode survives the failure
+(the job finishes verified, nothing hangs), the failed link carries bytes until the fault and
+none after, the other uplinks carry the rest of the job, and the results carry the contract's
+fields.
+
+The uplinks run at 1:4 (the AllToAll's bytes take ~0.7 s) and the runner reads the leaf's
+counters from /proc every 10 ms (polls 0.02 s apart, 0.06 s with two CPU hogs besides). Before,
+each poll was a netlink dump on the lab thread (up to 0.96 s apart on a loaded machine) and at
+1:1 the bytes moved in ~0.2 s: the link went down after >= 98.8 % of them in 15 of 16 runs at
+load 5-8, and the test failed on the failed link's bytes in 1 of 4."""
 import pytest
 from scenario_run import run_text
 
@@ -15,11 +22,14 @@ topology: {spines: 4, leaves: 2, vms_per_leaf: 2, host_bw: 100, fabric_bw: 100,
 lb:
   collectives: [all_to_all]
   cases: [symmetric, link_down]
+  oversubscription: [4]
   bytes: 2000000
   iterations: 1
+  down_at: 0.2
   timeout_s: 30
 """
 MODES = ["ecmp", "spray", "reps", "ethereal"]
+FAILED = "leaf1-spine1"
 
 
 @pytest.fixture(scope="module")
@@ -30,21 +40,24 @@ def doc(tmp_path_factory):
 def test_every_mode_survives_a_link_failure_mid_job(doc):
     runs = {(r.mode, r.case): r for r in doc.lb.runs}
     assert sorted(runs) == sorted((m, c) for m in MODES for c in ("symmetric", "link_down"))
+    leaf1 = sorted(k for k in runs[("ecmp", "symmetric")].link_bytes if k.startswith("leaf1-"))
     for mode in MODES:
         sym, down = runs[(mode, "symmetric")], runs[(mode, "link_down")]
         for r in (sym, down):
             assert r.finished and r.error is None and r.completion_s > 0, r
             assert r.retransmits is not None and r.reordering is not None, r
         assert down.fault_at_s is not None, down
-        # the link carried bytes until it failed, once leaf1's uplinks had moved half of
-        # their symmetric bytes (down_at), and none after: at most that half (+ 20 % for the
-        # 10 ms poll and the fault's own time); in the modes that spread every flow, fewer
-        # than its symmetric bytes (not ECMP: it hashes each run's source ports anew, seen:
-        # 4.4 MB before the fault against 3.4 MB in all of the symmetric run)
-        failed = down.link_bytes["leaf1-spine1"]
-        half = 0.5 * sum(v for k, v in sym.link_bytes.items() if k.startswith("leaf1-"))
-        assert 0 < failed <= 1.2 * half, (mode, failed, sym.link_bytes)
-        assert mode == "ecmp" or failed < sym.link_bytes["leaf1-spine1"], (mode, failed, sym)
+        at, sym_total = down.link_bytes_at_fault, sum(sym.link_bytes[k] for k in leaf1)
+        # the runner took the link down once leaf1's uplinks had moved down_at of their
+        # symmetric bytes; the link had carried bytes until then and carried none after
+        assert sum(at[k] for k in leaf1) >= 0.2 * sym_total, (mode, at, sym.link_bytes)
+        assert 0 < at[FAILED] == down.link_bytes[FAILED], (mode, at, down.link_bytes)
+        # mid-job: the other uplinks carried part of the job after the fault and the reroute
+        # (at_fault is read after both, and the job goes on meanwhile). Seen: 0.57-0.68 of
+        # the symmetric bytes at load 5, 0.046-0.41 with two CPU hogs besides (a slow
+        # reroute); a fault after the job's last byte left 0-0.85 % (the old poll, 16 runs)
+        after = sum(down.link_bytes[k] - at[k] for k in leaf1 if k != FAILED)
+        assert after > 0.02 * sym_total, (mode, after, at, down.link_bytes, sym.link_bytes)
         assert sym.imbalance >= 1.0 and down.imbalance >= 1.0
     kinds = [(e.kind, e.target) for e in doc.truth.faults if e.kind in ("link_down", "link_up")]
     assert kinds == [("link_down", "leaf1-spine1"), ("link_up", "leaf1-spine1")] * 4

@@ -1,5 +1,6 @@
 """Shaped links measured with real traffic: rate, queue limit, loss, ECMP and rerouting."""
 import math
+import time
 
 import pytest
 from traffic import iperf3, udp_delivered
@@ -115,13 +116,20 @@ def test_netem_parameters_need_netem():
         assert float(rtt) >= 4 * 5
 
 
+def wait_kinds(lab, n: int, timeout_s: float = 20.0) -> list[str]:
+    """The kinds of the lab's timeline once it holds ``n`` events (or after ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while len(lab.timeline) < n and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return [e.kind for e in lab.timeline]
+
+
 def test_flap_takes_the_link_down_and_up_repeatedly(nslab_lab):
-    import time
     lab = nslab_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1), name="it_flap")
-    lab.faults.flap("leaf1", "spine1", down_s=0.3, up_s=0.3, count=2)
-    time.sleep(0.1)
+    # the ping goes out once the first link_down is stamped, 1.5 s before the link comes
+    # back (a fixed sleep missed the 0.3 s it was down when the machine was loaded)
+    lab.faults.flap("leaf1", "spine1", down_s=1.5, up_s=0.3, count=2)
+    assert wait_kinds(lab, 2)[:2] == ["flap", "link_down"]
     assert "100% packet loss" in lab["vm1"].cmd("ping -c1 -W1 10.2.1.2")
-    time.sleep(1.3)
-    kinds = [e.kind for e in lab.timeline]
-    assert kinds == ["flap", "link_down", "link_up", "link_down", "link_up"]
+    assert wait_kinds(lab, 5) == ["flap", "link_down", "link_up", "link_down", "link_up"]
     assert " 0% packet loss" in lab["vm1"].cmd("ping -c1 -W1 10.2.1.2")

@@ -6,17 +6,8 @@ import time
 from traffic import iperf3
 
 from session.daemons import AgentMesh, AgentsSpec, PacerSpec
+from session.edge import wait_synced
 from topo import LeafSpine
-
-
-def wait_synced(mesh, vms, timeout_s=40.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        st = mesh.state()
-        if st and all(v in st.pacers and st.pacers[v].synced for v in vms):
-            return st
-        time.sleep(1.0)
-    raise AssertionError(f"pacers never synced: {st.pacers if st else None}")
 
 
 def test_pacer_senses_tcp_and_holds_nothing_below_threshold(nslab_lab):
@@ -34,9 +25,9 @@ def test_pacer_senses_tcp_and_holds_nothing_below_threshold(nslab_lab):
             time.sleep(0.1)
         assert "htb 1:" in vm1.cmd("tc qdisc show dev vm1-eth0")
         # a flow at a tenth of the link rate builds no queue: OWD ~ base, far below T
-        doc = iperf3(vm1, vm2, "-b", "10M", "-t", "12")
+        doc = iperf3(vm1, vm2, "-b", "10M", "-t", "6")
         assert doc["end"]["sum_received"]["bits_per_second"] > 8e6
-        st = wait_synced(mesh, ["vm1"])
+        st = wait_synced(mesh, ["vm1"], 40.0)
         time.sleep(1.5)  # one more report after the flow
         p = mesh.state().pacers["vm1"]
         assert p.mode == "pace" and p.synced and p.status == "pacing"
@@ -44,9 +35,13 @@ def test_pacer_senses_tcp_and_holds_nothing_below_threshold(nslab_lab):
         assert d.owd_samples > 100, d
         assert 0 < d.owd_us_p50 < d.owd_us_p99 < 2000
         # below T: holds only on the rare samples above it (a prober descheduled between its
-        # timestamp and its send on a loaded machine reads one late), never otherwise
+        # timestamp and its send on a loaded machine reads one late), or on the rare probes
+        # whose echo was late (T + the longest hold: the receiver's pacer waiting for a CPU),
+        # never otherwise; such a hold ends at the next fresh sample below T
         assert d.above_threshold <= 0.01 * d.owd_samples, d
-        assert d.holds <= d.above_threshold and d.held_ms <= 5.0 * d.above_threshold, d
+        assert d.overdue_holds <= 0.01 * d.probes_sent, d
+        assert d.holds <= d.above_threshold + d.overdue_holds, d
+        assert d.held_ms <= 50.0 * d.holds, d          # 10 x the longest hold in one piece
         assert st.vms["vm1"].offset_ns is not None
     finally:
         mesh.stop()
@@ -104,3 +99,45 @@ def test_hold_stops_a_destination_and_release_resumes_it_at_once(nslab_lab):
     rx.kill()
     for p in (tx, rx):
         p.wait(timeout=10)
+
+
+SYN_PROBE = r"""
+import socket, sys, time
+from agents.gate import GateConfig
+from agents.pacerio import Engine
+
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+udp.bind(("127.0.0.1", 7703))
+e = Engine(udp, 7703, ["127.0.0.2", "127.0.0.3"], False, GateConfig(), 0.002, None)
+e.watch_syn(socket.if_nametoindex("lo"), 0.3)
+e.start()
+time.sleep(0.2)
+idle = e.stats(0)[0].sent
+srv = socket.socket(); srv.bind(("127.0.0.2", 5555)); srv.listen()
+cli = socket.create_connection(("127.0.0.2", 5555))
+time.sleep(0.1)
+soon = e.stats(0)[0].sent
+time.sleep(0.4)
+late = e.stats(0)[0].sent
+time.sleep(0.3)
+print(idle, soon, late, e.stats(0)[0].sent, e.stats(1)[0].sent)
+e.close()
+"""
+
+
+def test_a_syn_starts_probing_its_destination_for_active_s():
+    """The native loop's SYN watch (a packet socket with a BPF filter) in a namespace of its
+    own: nothing is probed before a connection; a SYN to 127.0.0.2 starts probes to it at once
+    (no pacer answers: 2 unanswered, then one per sample age bound) and only to it, and they
+    stop ``active_s`` (0.3 s) later."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(["unshare", "-n", "sh", "-c", f'ip link set lo up && exec '
+                          f'"{sys.executable}" -c "$0"', SYN_PROBE], capture_output=True,
+                         text=True, timeout=30, check=True).stdout
+    idle, soon, late, later, other = map(int, out.split())
+    assert idle == 0 and other == 0, out
+    assert soon >= 2, out
+    assert later == late, out
+

@@ -30,7 +30,7 @@ def stretch(vm) -> float:
 def test_noisy_neighbour_slows_a_vm_on_the_same_host_only(nslab_lab):
     lab = three_vms(nslab_lab, "it_cpu", cpu_cores=0.5)
     # three rounds of idle then busy, the median of each: a round lands on a random phase of
-    # the CFS quota period (100 ms). Wall-clock times alone failed once in a fresh clone (the
+    # the CFS quota period (10 ms). Wall-clock times alone failed once in a fresh clone (the
     # other host 0.61 s busy vs 0.44 s idle): the CPU time of the same loop moves with them.
     # Seen with stretches: idle 1.8-2.1 on both hosts, busy 4.0-4.3 same host, 2.0 other.
     runs: dict[str, list[float]] = {"idle_same": [], "idle_other": [], "busy_same": [],
@@ -47,6 +47,11 @@ def test_noisy_neighbour_slows_a_vm_on_the_same_host_only(nslab_lab):
     assert mid["busy_same"] > 1.5 * mid["idle_same"], runs  # fair share: 2x
     assert mid["busy_other"] < 1.25 * mid["idle_other"], runs
     assert lab.cgroups.cpu_usage_ns("phys1", "vm1") > 0.1e9
+    # a hog and a loop on half a core: the host ran out of quota in most of its periods and
+    # its tasks waited for it (the kernel's cpu.stat, Cgroups.throttling)
+    periods, throttled, waited_ns = lab.cgroups.throttling("phys1")
+    assert periods >= throttled > 0.3 * periods, (periods, throttled)
+    assert waited_ns > 0.1e9
 
 
 READ = f"{sys.executable} {os.path.dirname(os.path.abspath(__file__))}/vmclock_probe.py read"

@@ -6,7 +6,13 @@ import pytest
 from agents.clock import ClockSpec, Oscillator, Segment
 from scheduler.cassini import Circle, best_rotation, clearance, job_shifts, score, unified_perimeter
 from scheduler.plan import Profile, plan, profile, slot_s
-from session.cassini import by_quarter, overlap_fraction, slot_error_ms, true_comm_phases
+from session.cassini import (
+    by_part,
+    iteration_by_part,
+    overlap_fraction,
+    slot_error_ms,
+    true_comm_phases,
+)
 from workloads.schedule import Schedule
 
 C = 100.0  # link capacity, Mbit/s
@@ -194,7 +200,17 @@ def test_overlap_fraction_of_known_phases():
     # counted only from [0, 20): a's [0,10) and b's [5,15), each sharing 5 s
     assert overlap_fraction([a, b, c], (0, 8)) == pytest.approx((5 + 7) / 20)
     # quarters of [0, 50): a, b and c start in the first two, b's second in the last
-    assert by_quarter([a, b]) == [pytest.approx(10 / 20), 0.0, None, 0.0]
+    assert by_part([a, b], 4) == [pytest.approx(10 / 20), 0.0, None, 0.0]
+    # thirds of [0, 50): [0, 16.7) holds a's and b's first phases, [16.7, 33.3) a's second
+    assert by_part([a, b]) == [pytest.approx(10 / 20), 0.0, 0.0]
+
+
+def test_iteration_by_part_pools_each_jobs_consecutive_runs():
+    # a's 7 iterations cut 3, 2, 2; b's 3 one each: the k-th runs pooled
+    a, b = [1, 1, 1, 2, 2, 5, 5], [3, 6, 9]
+    assert iteration_by_part([a, b]) == [pytest.approx(6 / 4), pytest.approx(10 / 3),
+                                         pytest.approx(19 / 3)]
+    assert iteration_by_part([[4.0]]) == [4.0, None, None]
 
 
 def test_true_comm_phases_map_each_rank_through_its_clock():

@@ -242,6 +242,6 @@ def _singles(s, sigma):
     fin = np.isfinite(x)
     common = _row_nanmedian(x.T)
     rows = _Stack.of([_Cluster([i], np.where(fin[i], x[i], 0.0), fin[i] * 1.0,
-                               np.zeros(x.shape[1]), np.zeros(x.shape[1]), common)
-                      for i in range(len(x))])
+                               np.zeros(x.shape[1]), np.zeros(x.shape[1]))
+                      for i in range(len(x))], common)
     return rows, len(x), sigma ** 2, 1e-5

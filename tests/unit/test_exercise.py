@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import random
 import textwrap
+import time
 from itertools import combinations
+from types import SimpleNamespace
 
 import pytest
 
@@ -207,6 +209,37 @@ def test_observations():
     assert KINDS["pacer"].observe(failed, None, Live(), {})["jobs"]["incast"] == {
         "fabric_drops": None, "completion_s": None, "retransmits": None, "rtos": None,
         "error": "rank 2 timed out"}
+
+
+def test_start_waits_until_every_vm_is_in_a_settled_window():
+    """A late VM (its agent started late on a loaded machine) keeps the lab running until a
+    settled window holds it; without agents nothing is waited for."""
+    def state(windows):  # each window: the VMs with an estimate in it
+        return CoordinatorState.model_validate({
+            "schema": "nslab.coordinator/1", "time_ns": 1, "window_s": 2, "drift_windows": 3,
+            "history": [{"t_ns": k, "vms": {v: {"offset_ns": 1.0, "drift_ppm": 0.5}
+                                            for v in vms}}
+                        for k, vms in enumerate(windows)]})
+
+    answers = [None, state([["vm1"]]),                       # no answer, no settled window
+               state([["vm1"], ["vm1", "vm2"]]),            # vm2 only in the newest one
+               state([["vm1"], ["vm1", "vm2"], ["vm1", "vm2"]]), state([])]
+    asked = []
+
+    def ask(history):
+        asked.append(history)
+        return answers.pop(0)
+
+    session = SimpleNamespace(mesh=SimpleNamespace(state=ask), sc=SimpleNamespace(
+        agents=SimpleNamespace(drift_windows=3)), lab=SimpleNamespace(
+        vms=[SimpleNamespace(name="vm1"), SimpleNamespace(name="vm2")]))
+    exercise.wait_settled(session, timeout_s=30)
+    assert len(answers) == 1 and asked == [3] * 4  # the settled window: the 2nd newest
+    answers[:] = [state([["vm1"]])] * 100
+    t = time.monotonic()
+    exercise.wait_settled(session, timeout_s=0.6)  # gives up, the observations say so
+    assert time.monotonic() - t >= 0.6
+    exercise.wait_settled(SimpleNamespace(mesh=None))
 
 
 # -- the command line ----------------------------------------------------------------------

@@ -7,9 +7,10 @@ MS = 1_000_000
 T = 500_000  # ns
 
 
-def gate(**kw):
+def gate(fresh=False, **kw):
+    """On-Ramp's rule as published unless ``fresh``."""
     return Gate(GateConfig(threshold_ns=T, max_hold_ns=5 * MS, max_age_ns=20 * MS,
-                           max_continuous_ns=20 * MS, **kw))
+                           max_continuous_ns=20 * MS, fresh=fresh, **kw))
 
 
 def test_below_threshold_never_holds():
@@ -120,5 +121,66 @@ def test_prediction_never_starts_a_hold_below_threshold():
 
 def test_for_hold_keeps_the_defaults_and_scales_the_bounds_with_the_hold():
     assert GateConfig.for_hold(500_000, 5 * MS) == GateConfig()
-    g = GateConfig.for_hold(5 * MS, 50 * MS, predict=False)
-    assert (g.max_age_ns, g.max_continuous_ns, g.predict) == (200 * MS, 500 * MS, False)
+    g = GateConfig.for_hold(5 * MS, 50 * MS, predict=False, fresh=False)
+    assert (g.max_age_ns, g.max_continuous_ns, g.predict, g.fresh) == \
+        (200 * MS, 500 * MS, False, False)
+
+
+def test_fresh_hold_lasts_until_a_sample_sent_in_it_is_below_threshold():
+    """Truth: a queue of 60 ms (OWD far above T) seen by a sample sent at 0 and back at 61 ms;
+    the hold starts at 61 ms. On-Ramp ends it at 66 ms (max_hold 5 ms); fresh waits for a
+    sample sent at or after 61 ms: the one sent at 62 ms still sees 1 ms (extends the wait;
+    its own OWD - T ends before 66 ms), the one sent at 64 ms sees 0.2 ms and releases the
+    hold at 66 ms (the first sample's OWD - T still runs at its return, 65 ms)."""
+    g = gate(fresh=True)
+    d = g.decide("vm2", owd_ns=60 * MS, sent_ns=0, now_ns=61 * MS)
+    assert d.reason == "above threshold" and d.until_ns == 81 * MS   # waits, up to the cap
+    assert g.held("vm2", 70 * MS)
+    d = g.decide("vm2", owd_ns=50 * MS, sent_ns=10 * MS, now_ns=61 * MS + 10)  # predates
+    assert d.hold_ns == 0 and d.until_ns == 81 * MS
+    d = g.decide("vm2", owd_ns=MS, sent_ns=62 * MS, now_ns=65 * MS - 10)
+    assert d.reason == "above threshold" and g.held("vm2", 80 * MS)
+    d = g.decide("vm2", owd_ns=200_000, sent_ns=64 * MS, now_ns=65 * MS)
+    assert d.reason.startswith("released") and d.until_ns == 66 * MS  # OWD - T still runs
+    assert g.held("vm2", 66 * MS - 1) and not g.held("vm2", 66 * MS)
+    assert g.stats("vm2") == (1, 5 * MS)
+    g2 = gate(fresh=True)
+    g2.decide("vm2", owd_ns=T + MS, sent_ns=0, now_ns=2 * MS)            # until >= 3 ms
+    d = g2.decide("vm2", owd_ns=T - 1, sent_ns=8 * MS, now_ns=9 * MS)     # past owd - T
+    assert d.until_ns == 9 * MS and not g2.held("vm2", 9 * MS)
+
+
+def test_fresh_hold_without_a_fresh_sample_ends_at_the_cap_then_opens():
+    g = gate(fresh=True)
+    g.decide("vm2", owd_ns=T + MS, sent_ns=0, now_ns=2 * MS)             # every later probe lost
+    assert g.held("vm2", 22 * MS - 1) and not g.held("vm2", 22 * MS)    # max_continuous
+    d = g.decide("vm2", owd_ns=T + 9 * MS, sent_ns=21 * MS, now_ns=23 * MS)
+    assert d.hold_ns == 0 and d.reason == "open after the longest continuous hold"
+    d = g.decide("vm2", owd_ns=T + 9 * MS, sent_ns=26 * MS, now_ns=28 * MS)  # max_hold later
+    assert d.reason == "above threshold" and g.stats("vm2")[0] == 2
+
+
+def test_a_late_echo_holds_until_a_fresh_sample_then_only_while_the_destination_answers():
+    """Truth: a probe sent at 0 toward a destination that answered at 0 has no echo (the
+    receiver's pacer waits for a CPU, or its queue is long). ``late_ns`` is T + max_hold (5.5
+    ms): at 5.5 ms it is not late, just after it the destination is held until a sample sent
+    in the hold comes back at or below T (at most max_continuous); a destination that never
+    answered, or whose last echo is older than max_age (20 ms), is not held; On-Ramp as
+    published (fresh off) never holds on a missing echo."""
+    late = T + 5 * MS
+    g = gate(fresh=True)
+    assert g.overdue("vm2", 0, late, answered_ns=0).hold_ns == 0
+    d = g.overdue("vm2", 0, late + 1, answered_ns=0)
+    assert d.reason.startswith("probe overdue") and d.until_ns == late + 1 + 20 * MS
+    assert g.held("vm2", late + 10 * MS)
+    assert g.overdue("vm2", 0, late + 2 * MS, answered_ns=0).reason == "held: the hold goes on"
+    d = g.decide("vm2", owd_ns=T + MS, sent_ns=0, now_ns=late + 3 * MS)   # the late echo
+    assert d.reason == "held: sample predates the hold" and g.held("vm2", late + 10 * MS)
+    d = g.decide("vm2", owd_ns=T - 1, sent_ns=late + 4 * MS, now_ns=late + 5 * MS)
+    assert d.reason.startswith("released") and not g.held("vm2", late + 5 * MS)
+    assert g.stats("vm2") == (1, 5 * MS - 1)
+    assert g.overdue("vm3", 0, late + 1, answered_ns=None).hold_ns == 0
+    assert g.overdue("vm3", 0, 30 * MS, answered_ns=30 * MS - 20 * MS - 1).reason == \
+        "destination silent: gate open"
+    assert g.overdue("vm3", 0, 30 * MS, answered_ns=None, synced=False).hold_ns == 0
+    assert gate(fresh=False).overdue("vm2", 0, late + 1, answered_ns=0).hold_ns == 0

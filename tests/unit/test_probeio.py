@@ -29,6 +29,27 @@ def probe_socket(ip: str, port: int = 0) -> socket.socket:
     return s
 
 
+@pytest.fixture(autouse=True, scope="module")
+def rx_stamps_on():
+    """Keeps a timestamping socket open and waits until loopback datagrams carry kernel RX
+    stamps: the first socket asking for them switches the kernel's stamping on from a work
+    item (``net_enable_timestamp``), so on an otherwise quiet machine a datagram that arrives
+    first gets none (the agent then counts ``rx_user_stamps``; these tests assert zero)."""
+    s = probe_socket(A)
+    deadline = time.monotonic() + 5.0
+    try:
+        while time.monotonic() < deadline:
+            s.sendto(b"warm-up", s.getsockname())
+            time.sleep(0.01)
+            if s.recvmsg(64, 512)[1]:
+                break
+        else:
+            pytest.fail("the kernel gave no RX stamp on loopback within 5 s")
+        yield
+    finally:
+        s.close()
+
+
 def kernel_rx(sock: socket.socket) -> list[tuple[bytes, int]]:
     """Every datagram waiting on ``sock`` with its kernel RX stamp (ns)."""
     out = []

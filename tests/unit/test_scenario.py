@@ -195,7 +195,7 @@ def test_cassini_sets_name_jobs_with_their_own_vms(tmp_path, jobs, sets, message
 def test_cassini_jobs_leave_the_sequential_turn():
     sc, _ = load("cassini")
     assert sc.cassini_jobs() == {"a", "b", "c", "d", "e"}
-    assert sc.cassini.modes == ["fair", "shifted_synced", "shifted_raw", "unfair"]
+    assert sc.cassini.modes == ["shifted_raw", "fair", "shifted_synced", "unfair"]
     assert [sc.cassini.unfair_share(k) for k in range(3)] == [0.05] * 3
 
 

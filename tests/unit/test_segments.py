@@ -33,4 +33,5 @@ def test_percentile_and_argmin_as_numpy_per_segment():
         want = [np.percentile(v[a:b], q) for a, b in zip(starts[:-1], starts[1:], strict=True)]
         assert np.allclose(segments.percentile(srt, starts, q), want, rtol=1e-12, atol=0)
     want = [a + np.argmin(v[a:b]) for a, b in zip(starts[:-1], starts[1:], strict=True)]
-    assert np.array_equal(segments.argmin(v, starts, seg), want)
+    assert np.array_equal(segments.argmin(v, starts), want)
+    assert np.array_equal(segments.spread(v[starts[:-1]], starts), v[starts[:-1]][seg])

@@ -81,15 +81,16 @@ async def test_palette_starts_an_exercise_and_checks_the_answer():
 
 
 class CheckLab(RecordedBackend):
-    """The lab of a check that runs its own (``pacer``): its jobs done, with these drops."""
+    """The lab of a check that runs its own (``pacer``): in ``state`` ("done": its jobs done,
+    with these drops; "error": ended with ``error``)."""
 
-    def __init__(self, drops: dict[str, int], done: bool = True):
+    def __init__(self, drops: dict[str, int], state: str = "done", error: str | None = None):
         super().__init__(start_at=MID, advance=False)
-        self.drops, self.done = drops, done
+        self.drops, self.state, self.error = drops, state, error
 
     def snapshot(self):
         snap = super().snapshot()
-        snap.state = "done" if self.done else "jobs"
+        snap.state = self.state
         return snap
 
     def job_results(self) -> list[dict]:
@@ -101,7 +102,8 @@ async def test_a_check_with_a_lab_of_its_own_runs_it_in_view_and_gives_the_verdi
     made, labs = [], iter([RecordedBackend(start_at=MID, advance=False),
                            CheckLab({"unpaced": 900, "paced": 120}),
                            CheckLab({"unpaced": 900, "paced": 880}),
-                           CheckLab({"unpaced": 900, "paced": 100}, done=False)])
+                           CheckLab({"unpaced": 900, "paced": 100}, state="jobs"),
+                           CheckLab({}, state="jobs")])
 
     def factory(scenario):
         made.append(scenario)
@@ -130,7 +132,7 @@ async def test_a_check_with_a_lab_of_its_own_runs_it_in_view_and_gives_the_verdi
         await press(pilot, "ctrl+s")
         await press(pilot, "escape")
         assert not isinstance(app.screen, ExerciseScreen) and app.exercise.checking is not None
-        app.backend.done = True
+        app.backend.state = "done"
         for _ in range(40):
             if app.exercise.checking is None:
                 break
@@ -138,3 +140,12 @@ async def test_a_check_with_a_lab_of_its_own_runs_it_in_view_and_gives_the_verdi
         await pilot.pause(0.2)
         assert isinstance(app.screen, ExerciseScreen)
         assert "PASSED" in str(app.screen.query_one("#exercise-verdict", Static).render())
+        # a check's lab that fails before its jobs are done: no verdict, and why
+        await press(pilot, "ctrl+s")
+        app.backend.state, app.backend.error = "error", "the coordinator did not come up"
+        for _ in range(40):
+            if app.exercise.checking is None:
+                break
+            await pilot.pause(0.1)
+        text = str(app.screen.query_one("#exercise-verdict", Static).render())
+        assert "no verdict" in text and "the coordinator did not come up" in text, text
