@@ -82,6 +82,10 @@ class PacerSpec(BaseModel):
                                           "comes back below T, and a probe without echo for "
                                           "T + max_hold_us holds too (False: On-Ramp's rule "
                                           "as published; agents/gate.py)")
+    spread: bool = Field(True, description="with fresh, a release waits a draw in [0, the "
+                                           "hold's largest OWD - T), per VM, so that senders "
+                                           "held together release apart (False: at once; "
+                                           "agents/gate.py)")
 
 
 def ns_http_get(ns: str, host: str, port: int, path: str, timeout: float = 3.0) -> dict:
@@ -171,7 +175,8 @@ class AgentMesh:
                          "--max-hold-us", str(spec.max_hold_us),
                          "--probe-us", str(spec.probe_us)]
                         + ([] if spec.predict else ["--no-predict"])
-                        + ([] if spec.fresh else ["--no-fresh"]))
+                        + ([] if spec.fresh else ["--no-fresh"])
+                        + ([] if spec.spread else ["--no-spread"]))
 
     def stop_pacers(self) -> None:
         """Stop every pacer (SIGTERM: each releases its holds, removes its qdisc and sends a

@@ -67,7 +67,8 @@ typedef int64_t (*conv_fn)(int64_t);
 /* ------------------------------------------------------------------ the gate (agents/gate.py) */
 struct npc_gate_cfg {       /* GateConfig */
     double threshold_ns, max_hold_ns, max_age_ns, max_continuous_ns, max_slope;
-    int32_t predict, fresh;
+    int32_t predict, fresh, spread;
+    uint64_t seed;
 };
 
 /* Decision reasons, in agents.pacerio.REASONS order */
@@ -76,8 +77,8 @@ enum { G_UNSYNCED, G_STALE, G_PREDATES, G_OPEN_AFTER, G_BELOW, G_ABOVE, G_FRESH,
 
 struct gdest {              /* gate._Dest */
     int64_t held_until, held_since, open_until, last_sent, time_until;
-    int64_t holds;
-    double held_ns, last_owd;
+    int64_t holds, releases;
+    double held_ns, last_owd, spread_ns;
     int has_last, waiting;
 };
 
@@ -107,6 +108,24 @@ void npc_gate_free(struct npc_gate *g)
         free(g->d);
         free(g);
     }
+}
+
+/* The k-th draw in [0, 1) of ``seed``: splitmix64, its top 53 bits (gate._uniform). */
+static double uniform(uint64_t seed, uint64_t k)
+{
+    uint64_t z = seed + k * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
+}
+
+/* How long a fresh release is put off, ns (Gate._stagger). */
+static int64_t stagger(const struct npc_gate *g, struct gdest *d)
+{
+    if (!g->cfg.spread)
+        return 0;
+    d->releases++;
+    return (int64_t)(uniform(g->cfg.seed, (uint64_t)d->releases) * d->spread_ns);
 }
 
 static double predicted(const struct npc_gate *g, struct gdest *d, double owd, int64_t sent,
@@ -150,7 +169,9 @@ int npc_gate_decide(struct npc_gate *g, int i, double owd, int64_t sent, int64_t
     if (owd <= g->cfg.threshold_ns) {
         if (!d->waiting)
             return G_BELOW;
-        int64_t end = d->time_until > now ? d->time_until : now;
+        int64_t end = (d->time_until > now ? d->time_until : now) + stagger(g, d);
+        if (end > d->held_until)
+            end = d->held_until;
         d->held_ns -= (double)(d->held_until - end);
         d->held_until = end, d->waiting = 0;
         *until_ns = end;
@@ -158,9 +179,10 @@ int npc_gate_decide(struct npc_gate *g, int i, double owd, int64_t sent, int64_t
     }
     double excess = pred - g->cfg.threshold_ns;
     if (!holding) {
-        d->held_since = now, d->time_until = 0;
+        d->held_since = now, d->time_until = 0, d->spread_ns = 0.0;
         d->holds++;
     }
+    d->spread_ns = fmax(d->spread_ns, fmin(excess, g->cfg.max_hold_ns));
     int64_t end = now + (int64_t)fmin(excess, g->cfg.max_hold_ns);
     int64_t cap = d->held_since + (int64_t)g->cfg.max_continuous_ns;
     if (g->cfg.fresh) {
@@ -201,7 +223,7 @@ int npc_gate_overdue(struct npc_gate *g, int i, int64_t sent, int64_t now, int64
     if (now < d->open_until)
         return G_OPEN_AFTER;
     int64_t end = now + (int64_t)g->cfg.max_continuous_ns;
-    d->held_since = now, d->time_until = now, d->waiting = 1;
+    d->held_since = now, d->time_until = now, d->waiting = 1, d->spread_ns = 0.0;
     d->holds++;
     d->held_ns += (double)(end - now);
     d->held_until = end;
@@ -225,7 +247,8 @@ struct npc_rec {            /* one OWD sample (agents/pacerio.py: RECORD) */
 
 struct npc_dstats {         /* per destination, since the start */
     int64_t sent, echoed, samples, above, switches, switch_errors;
-    int64_t overdue;        /* holds started by a late echo (npc_gate_overdue) */
+    int64_t holds;          /* holds the gate started that held the destination (hold() 1) */
+    int64_t overdue;        /* of them, started by a late echo (npc_gate_overdue) */
 };
 
 struct npc_counters {
@@ -476,17 +499,19 @@ static void on_syns(struct npc *h)
     }
 }
 
-/* Hold destination ``d`` until ``until`` (its prebuilt message; a fresh probe goes out at once).
- * 1 when it is held now. */
-static int hold(struct npc *h, struct dest *d, int64_t until, int64_t now)
+/* Hold destination ``i`` until ``until`` (its prebuilt message; when it was open, a fresh probe
+ * goes out at once, whatever is unanswered: the hold waits for a sample sent in it). 1 when it
+ * is held now. */
+static int hold(struct npc *h, int i, int64_t until, int64_t now)
 {
+    struct dest *d = &h->d[i];
     if (!d->held) {
         if (!d->hold_len) {
             h->c.unprepared++;
         } else if (nl_send(h, d->hold_msg, d->hold_len) == 0) {
             d->held = 1;
             d->st.switches++;
-            d->next_probe = now;    /* a fresh sample, taken in the hold, at once */
+            send_probe(h, i, now);
         } else {
             d->st.switch_errors++;
         }
@@ -512,12 +537,12 @@ static void on_echo(struct npc *h, int i, int64_t tx, int64_t prx, int64_t seen)
         d->st.above++;
     if (h->pace) {
         double hold_ns;
-        int64_t until;
+        int64_t until, holds = h->gate->d[i].holds;
         int why = npc_gate_decide(h->gate, i, owd, tx, now, 1, &hold_ns, &until);
         if (why == G_FRESH && d->held)
             d->release_at = until;
-        if (hold_ns > 0) {
-            hold(h, d, until, now);
+        if (hold_ns > 0 && hold(h, i, until, now)) {
+            d->st.holds += h->gate->d[i].holds > holds;
             r.held = 1;
             r.react_ns = now_vm(h) - seen;
         }
@@ -594,7 +619,7 @@ static void drain_netlink(struct npc *h)
 }
 
 /* Destination ``i``'s oldest unanswered probe, when it is late (npc_gate_overdue): a hold.
- * When to look again (ns, VM clock; INT64_MAX: nothing to watch). */
+ * When to look again (ns, VM clock; INT64_MAX: nothing to watch until an echo or a probe). */
 static int64_t watch_echo(struct npc *h, int i, int64_t now)
 {
     struct dest *d = &h->d[i];
@@ -606,10 +631,12 @@ static int64_t watch_echo(struct npc *h, int i, int64_t now)
         return late;
     double hold_ns;
     int64_t until;
-    npc_gate_overdue(h->gate, i, d->first_unanswered, now, d->answered_at, d->has_answered, 1,
-                     &hold_ns, &until);
-    if (hold_ns > 0 && hold(h, d, until, now))
-        d->st.overdue++;
+    int why = npc_gate_overdue(h->gate, i, d->first_unanswered, now, d->answered_at,
+                               d->has_answered, 1, &hold_ns, &until);
+    if (why == G_OPEN_AFTER)    /* late still, and gated again when the open spell ends */
+        return h->gate->d[i].open_until;
+    if (hold_ns > 0 && hold(h, i, until, now))
+        d->st.holds++, d->st.overdue++;
     return INT64_MAX;
 }
 
@@ -705,12 +732,13 @@ int npc_drain(struct npc *h, struct npc_rec *out, int max)
     return k;
 }
 
-/* Destination ``i``'s counters and its gate's (holds, held ns) now. */
-void npc_stats(struct npc *h, int i, struct npc_dstats *out, int64_t *holds, double *held_ns)
+/* Destination ``i``'s counters and its gate's hold time (ns) now. */
+void npc_stats(struct npc *h, int i, struct npc_dstats *out, double *held_ns)
 {
+    int64_t holds;
     pthread_mutex_lock(&h->mu);
     *out = h->d[i].st;
-    npc_gate_stats(h->gate, i, holds, held_ns);
+    npc_gate_stats(h->gate, i, &holds, held_ns);
     pthread_mutex_unlock(&h->mu);
 }
 
