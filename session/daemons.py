@@ -154,13 +154,20 @@ class AgentMesh:
                          "--max-peers", str(self.cfg.max_peers), *key])
         self.started_ns = time.time_ns()
 
-    def start_pacers(self, vms: list, mode: str, spec: PacerSpec) -> None:
+    def start_pacers(self, vms: list, mode: str, spec: PacerSpec) -> dict[str, int]:
         """Start a pacer in each of ``vms`` (``mode`` sense or pace), told its vNIC's rate
         (the tenant knows its VM's bandwidth) and every other VM as a peer.
+
+        Returns:
+            VM -> its clock's reading (ns) before its pacer started: a report with a later
+            ``t_ns`` is the new pacer's (``session.edge.wait_synced``), not the last one of
+            a pacer stopped just before, which may reach the coordinator after this.
 
         Raises:
             LabError: the pacer's compiled loop cannot be built."""
         native.make(pacerio.NATIVE_DIR, pacerio.LIBRARY, pacerio.SOURCE, "the pacer's loop")
+        clocks = self.lab.clocks.specs
+        started = {vm.name: clocks[vm.name].to_vm_ns(time.time_ns()) for vm in vms}
         cip = self.coordinator.IP()
         for vm in vms:
             intf = vm.defaultIntf()
@@ -177,6 +184,7 @@ class AgentMesh:
                         + ([] if spec.predict else ["--no-predict"])
                         + ([] if spec.fresh else ["--no-fresh"])
                         + ([] if spec.spread else ["--no-spread"]))
+        return started
 
     def stop_pacers(self) -> None:
         """Stop every pacer (SIGTERM: each releases its holds, removes its qdisc and sends a
