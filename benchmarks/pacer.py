@@ -4,10 +4,10 @@ one VM on leaf2 at once, behind its downlink's packet queue; the same rounds wit
 in ``sense`` mode (measuring only: the baseline, plain CUBIC/BBR as configured) and in
 ``pace`` mode, On-Ramp's hold as published (``onramp``: the sample's OWD - T) and the pacer's
 default (``pace``: the OWD extrapolated to now, a hold lasting until a sample sent during
-it comes back below T, then a per-VM draw of up to the hold's largest excess later, and a probe
-without echo for T + the longest hold holding too: agents/gate.py) and the same without the
-draw (``nospread``: the held senders release together), side by side in one lab per
-(senders, queue). The senders start together
+it comes back below T, and a probe without echo for T + the longest hold holding too:
+agents/gate.py) and the same with the release spread (``spread``: a per-VM draw of up to the
+hold's largest excess later, so that held senders do not release together), side by side in
+one lab per (senders, queue). The senders start together
 (``session.incast``'s start barrier: the round is timed from the go, not from their Python
 start).
 
@@ -138,9 +138,9 @@ def sweep(args, before: str | None) -> None:
                     spec = PacerSpec(threshold_us=args.threshold_us,
                                      max_hold_us=args.max_hold_us, probe_us=args.probe_us)
                     onramp = spec.model_copy(update={"predict": False, "fresh": False})
-                    nospread = spec.model_copy(update={"spread": False})
+                    spread = spec.model_copy(update={"spread": True})
                     rows = [("sense", "sense", spec, None), ("onramp", "pace", onramp, None),
-                            ("nospread", "pace", nospread, None), ("pace", "pace", spec, None)]
+                            ("pace", "pace", spec, None), ("spread", "pace", spread, None)]
                     if before:
                         rows.append((f"pace@{args.before}", "pace", spec, before))
                     for label, mode, s, tree in rows:

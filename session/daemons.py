@@ -82,10 +82,10 @@ class PacerSpec(BaseModel):
                                           "comes back below T, and a probe without echo for "
                                           "T + max_hold_us holds too (False: On-Ramp's rule "
                                           "as published; agents/gate.py)")
-    spread: bool = Field(True, description="with fresh, a release waits a draw in [0, the "
-                                           "hold's largest OWD - T), per VM, so that senders "
-                                           "held together release apart (False: at once; "
-                                           "agents/gate.py)")
+    spread: bool = Field(False, description="with fresh, a release waits a draw in [0, the "
+                                            "hold's largest OWD - T), per VM, so that senders "
+                                            "held together release apart (False: at once; "
+                                            "agents/gate.py says why that is the default)")
 
 
 def ns_http_get(ns: str, host: str, port: int, path: str, timeout: float = 3.0) -> dict:
@@ -183,7 +183,7 @@ class AgentMesh:
                          "--probe-us", str(spec.probe_us)]
                         + ([] if spec.predict else ["--no-predict"])
                         + ([] if spec.fresh else ["--no-fresh"])
-                        + ([] if spec.spread else ["--no-spread"]))
+                        + (["--spread"] if spec.spread else []))
         return started
 
     def stop_pacers(self) -> None:
