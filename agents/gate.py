@@ -38,6 +38,25 @@ lab's incast: the receiver's pacer, waiting for a CPU, answered nothing for 80 m
 queue went from empty to full; the senders' gates, fed no samples, stayed open. A destination
 that never answered or has been silent longer (no pacer there, a paused VM) is not held.
 
+Release spread (``spread``, with ``fresh``, ours, off by default): every sender into one
+queue sees the same samples, so they all see the queue drained at the same moment and release
+together; their windows meet in the queue again, which may overflow before a sample can say
+so. So a fresh release is put off by ``u x s``, ``u`` in [0, 1) drawn per release from
+``seed`` (one per VM: splitmix64 of the seed and the release count, reproducible) and ``s``
+the largest excess (predicted OWD - T, at most ``max_hold_ns``) a sample showed during the
+hold: the time the queue that held this sender took to drain, which holds every sender's
+backlog, so the releases of however many senders were held spread over about the time their
+backlogs take to leave one by one. A sender needs no count of the others. While the release
+waits, a sample above ``T`` (another sender's release already queueing) re-arms the wait for a
+fresh sample below ``T``, so the senders go back into the queue one after another while it
+stays short. A hold that saw no sample above ``T`` (a missing echo on a short queue) is not
+put off. The release never passes the hold's ``max_continuous_ns`` bound. Why off: measured
+after the probes stopped crowding the queue (``agents/native/pacer.c``, ``probe_due``), the
+paced incasts of ``benchmarks/pacer.py`` and of the issue's test dropped nothing with it or
+without it (4 senders; with 8 both dropped, the machine saturated; in one run with other labs
+saturating the machine 88 without, 0 with: not settled, README), and it made the rounds 4-11 %
+longer: the bottleneck idles until the first draw is due.
+
 Lag compensation (``predict``, ours, not in the paper): a sample describes the queue when its
 probe entered it, one OWD and an echo ago; an incast queue fills at several times its drain
 rate meanwhile, so a hold of ``owd - T`` drains only what was there then and the queue
@@ -71,6 +90,9 @@ class GateConfig:
             On-Ramp as published.
         max_slope: the largest OWD growth per unit of time the predictor believes (> 0;
             an incast of N line-rate senders into one line grows at N - 1).
+        spread: with ``fresh``, put a release off by a draw in [0, the hold's largest excess)
+            (module doc); False (default) releases at once.
+        seed: the draws' seed (one per VM, so senders draw apart; any int, used mod 2**64).
 
     Raises:
         ValueError: a parameter out of range.
@@ -83,10 +105,12 @@ class GateConfig:
     predict: bool = True
     max_slope: float = 8.0
     fresh: bool = True
+    spread: bool = False
+    seed: int = 0
 
     @classmethod
     def for_hold(cls, threshold_ns: float, max_hold_ns: float, predict: bool = True,
-                 fresh: bool = True) -> GateConfig:
+                 fresh: bool = True, spread: bool = False, seed: int = 0) -> GateConfig:
         """The gate for ``T`` and a longest single hold, its other bounds in proportion to the
         hold (as the defaults: ``max_age_ns`` 4 x, ``max_continuous_ns`` 10 x), so that a lab
         run at a k-times lower link rate with k-times longer T and holds (time dilation) has
@@ -96,7 +120,7 @@ class GateConfig:
             ValueError: a parameter out of range."""
         return cls(threshold_ns=threshold_ns, max_hold_ns=max_hold_ns,
                    max_age_ns=4 * max_hold_ns, max_continuous_ns=10 * max_hold_ns,
-                   predict=predict, fresh=fresh)
+                   predict=predict, fresh=fresh, spread=spread, seed=seed)
 
     @property
     def late_ns(self) -> float:
@@ -132,6 +156,8 @@ class _Dest:
     last_owd_ns: float = 0.0
     time_until_ns: int = 0      # fresh: the end by owd - T alone
     waiting: bool = False       # fresh: held until a sample sent in the hold is below T
+    spread_ns: float = 0.0      # spread: the largest excess in this hold (<= max_hold_ns)
+    releases: int = 0           # spread: fresh releases so far (the draws' counter)
 
 
 @dataclass
@@ -165,14 +191,15 @@ class Gate:
         if owd_ns <= self.cfg.threshold_ns:
             if not d.waiting:
                 return Decision(0.0, 0, "below threshold")
-            end = max(d.time_until_ns, now_ns)
+            end = min(max(d.time_until_ns, now_ns) + self._stagger(d), d.held_until_ns)
             d.held_ns -= d.held_until_ns - end
             d.held_until_ns, d.waiting = end, False
             return Decision(0.0, end, "released: a sample sent in the hold is below threshold")
         excess = predicted - self.cfg.threshold_ns
         if not holding:
-            d.held_since_ns, d.time_until_ns = now_ns, 0
+            d.held_since_ns, d.time_until_ns, d.spread_ns = now_ns, 0, 0.0
             d.holds += 1
+        d.spread_ns = max(d.spread_ns, min(excess, self.cfg.max_hold_ns))
         end = now_ns + int(min(excess, self.cfg.max_hold_ns))
         cap = d.held_since_ns + int(self.cfg.max_continuous_ns)
         if self.cfg.fresh:
@@ -208,11 +235,18 @@ class Gate:
         if now_ns < d.open_until_ns:
             return Decision(0.0, 0, "open after the longest continuous hold")
         end = now_ns + int(self.cfg.max_continuous_ns)
-        d.held_since_ns, d.time_until_ns, d.waiting = now_ns, now_ns, True
+        d.held_since_ns, d.time_until_ns, d.waiting, d.spread_ns = now_ns, now_ns, True, 0.0
         d.holds += 1
         d.held_ns += end - now_ns
         d.held_until_ns = end
         return Decision(end - now_ns, end, "probe overdue: held until a fresh sample")
+
+    def _stagger(self, d: _Dest) -> int:
+        """How long a fresh release is put off, ns: ``u x spread_ns`` (module doc)."""
+        if not self.cfg.spread:
+            return 0
+        d.releases += 1
+        return int(_uniform(self.cfg.seed, d.releases) * d.spread_ns)
 
     def _predicted(self, d: _Dest, owd_ns: float, sent_ns: int, now_ns: int) -> float:
         """The OWD extrapolated to ``now_ns`` (module doc); records the sample."""
@@ -234,3 +268,16 @@ class Gate:
         """(holds, total hold time in ns) toward ``dest`` so far."""
         d = self.dests.get(dest, _Dest())
         return d.holds, d.held_ns
+
+
+_M64 = (1 << 64) - 1
+
+
+def _uniform(seed: int, k: int) -> float:
+    """The ``k``-th draw in [0, 1) of ``seed``: splitmix64 (Steele, Lea and Flood, "Fast
+    splittable pseudorandom number generators", OOPSLA 2014) of ``seed + k x golden``, its top
+    53 bits; ``agents/native/pacer.c``'s ``uniform`` is the same arithmetic."""
+    z = (seed + k * 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return ((z ^ (z >> 31)) >> 11) * 2.0 ** -53

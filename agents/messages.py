@@ -200,7 +200,8 @@ class PacerDest(_Wire):
     """Probes sent toward it whose echo never came back (lost either way, or in flight at
     the report): the share of a queue's drops that were the pacer's own."""
     holds: int = 0
-    """Times its traffic was held."""
+    """Holds started toward it that held its traffic (a hold whose switch failed, or an
+    extension of a hold, is not counted)."""
     overdue_holds: int = 0
     """Of ``holds``, those started by a probe without echo for T + the longest hold (its OWD
     unknown: ``agents.gate.Gate.overdue``), not by a sample above T."""

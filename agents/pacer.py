@@ -270,13 +270,13 @@ class Pacer:
                            for x in (self.react, self.wake))
         for i, name in enumerate(self.names):
             x, tcp = owd.get(name), self.tcp.get(self.cfg.peers[name])
-            st, holds, held_ns = self.engine.stats(i)
-            if x is None and tcp is None and not holds:
+            st, held_ns = self.engine.stats(i)
+            if x is None and tcp is None and not st.holds:
                 continue
             p50, p99 = (np.percentile(x, [50, 99]) / 1e3).tolist() if x is not None and \
                 len(x) else (None, None)
             dests[name] = PacerDest(owd_us_p50=p50, owd_us_p99=p99, owd_samples=st.samples,
-                                    holds=holds, overdue_holds=st.overdue,
+                                    holds=st.holds, overdue_holds=st.overdue,
                                     held_ms=held_ns / 1e6,
                                     react_us_p99=react.get(name),
                                     wake_us_p99=wake.get(name), tcp=tcp,

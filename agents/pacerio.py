@@ -52,19 +52,20 @@ _lib: ctypes.CDLL | None = None
 class _GateCfg(ctypes.Structure):
     _fields_ = [("threshold_ns", _f64), ("max_hold_ns", _f64), ("max_age_ns", _f64),
                 ("max_continuous_ns", _f64), ("max_slope", _f64), ("predict", ctypes.c_int32),
-                ("fresh", ctypes.c_int32)]
+                ("fresh", ctypes.c_int32), ("spread", ctypes.c_int32), ("seed", ctypes.c_uint64)]
 
     @classmethod
     def of(cls, c: GateConfig) -> _GateCfg:
         return cls(c.threshold_ns, c.max_hold_ns, c.max_age_ns, c.max_continuous_ns,
-                   c.max_slope, int(c.predict), int(c.fresh))
+                   c.max_slope, int(c.predict), int(c.fresh), int(c.spread),
+                   c.seed & (1 << 64) - 1)
 
 
 class DestStats(ctypes.Structure):
     """``struct npc_dstats``: one destination's counters since the start."""
 
     _fields_ = [(n, _i64) for n in ("sent", "echoed", "samples", "above", "switches",
-                                    "switch_errors", "overdue")]
+                                    "switch_errors", "holds", "overdue")]
 
 
 class Counters(ctypes.Structure):
@@ -110,8 +111,7 @@ def load() -> ctypes.CDLL:
                 "npc_watch_syn": (i, [p, i, _i64]),
                 "npc_start": (i, [p]), "npc_stop": (None, [p]), "npc_free": (None, [p]),
                 "npc_drain": (i, [p, p, i]),
-                "npc_stats": (None, [p, i, ctypes.POINTER(DestStats), ctypes.POINTER(_i64),
-                                     ctypes.POINTER(_f64)]),
+                "npc_stats": (None, [p, i, ctypes.POINTER(DestStats), ctypes.POINTER(_f64)]),
                 "npc_counters": (None, [p, ctypes.POINTER(Counters)])}
         for name, (res, args) in sigs.items():
             f = getattr(lib, name)
@@ -225,11 +225,12 @@ class Engine:
         n = self.lib.npc_drain(self.h, self._buf.ctypes.data, RING)
         return self._buf[:n].copy()
 
-    def stats(self, i: int) -> tuple[DestStats, int, float]:
-        """Destination ``i``'s counters, holds and total hold time (ns)."""
-        st, holds, held = DestStats(), _i64(), _f64()
-        self.lib.npc_stats(self.h, i, ctypes.byref(st), ctypes.byref(holds), ctypes.byref(held))
-        return st, holds.value, held.value
+    def stats(self, i: int) -> tuple[DestStats, float]:
+        """Destination ``i``'s counters (``holds``: those that held it, ``overdue`` of them
+        started by a late echo) and the gate's total hold time (ns)."""
+        st, held = DestStats(), _f64()
+        self.lib.npc_stats(self.h, i, ctypes.byref(st), ctypes.byref(held))
+        return st, held.value
 
     def counters(self) -> Counters:
         c = Counters()

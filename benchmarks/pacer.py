@@ -5,7 +5,9 @@ in ``sense`` mode (measuring only: the baseline, plain CUBIC/BBR as configured) 
 ``pace`` mode, On-Ramp's hold as published (``onramp``: the sample's OWD - T) and the pacer's
 default (``pace``: the OWD extrapolated to now, a hold lasting until a sample sent during
 it comes back below T, and a probe without echo for T + the longest hold holding too:
-agents/gate.py), side by side in one lab per (senders, queue). The senders start together
+agents/gate.py) and the same with the release spread (``spread``: a per-VM draw of up to the
+hold's largest excess later, so that held senders do not release together), side by side in
+one lab per (senders, queue). The senders start together
 (``session.incast``'s start barrier: the round is timed from the go, not from their Python
 start).
 
@@ -53,8 +55,9 @@ from agent_cost import checkout, pythonpath  # noqa: E402 - benchmarks/ is this 
 def run_mode(lab, mesh, senders, rx, mode: str, spec: PacerSpec, rounds: int, nbytes: int,
              cc: str | None, tree: str | None = None):
     with pythonpath(tree):
-        mesh.start_pacers(senders + [rx], mode, spec)
-    wait_synced(mesh, [s.name for s in senders], 60.0)  # else the first round runs ungated
+        started = mesh.start_pacers(senders + [rx], mode, spec)
+    # else the first round runs ungated, or with the last row's pacers' reports
+    wait_synced(mesh, [s.name for s in senders], 60.0, started)
     cpu0 = {k: psutil.Process(p.pid).cpu_times() for k, p in mesh.procs.items()
             if k.startswith("pacer-")}
     t0 = time.monotonic()
@@ -135,8 +138,9 @@ def sweep(args, before: str | None) -> None:
                     spec = PacerSpec(threshold_us=args.threshold_us,
                                      max_hold_us=args.max_hold_us, probe_us=args.probe_us)
                     onramp = spec.model_copy(update={"predict": False, "fresh": False})
+                    spread = spec.model_copy(update={"spread": True})
                     rows = [("sense", "sense", spec, None), ("onramp", "pace", onramp, None),
-                            ("pace", "pace", spec, None)]
+                            ("pace", "pace", spec, None), ("spread", "pace", spread, None)]
                     if before:
                         rows.append((f"pace@{args.before}", "pace", spec, before))
                     for label, mode, s, tree in rows:

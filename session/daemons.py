@@ -82,6 +82,10 @@ class PacerSpec(BaseModel):
                                           "comes back below T, and a probe without echo for "
                                           "T + max_hold_us holds too (False: On-Ramp's rule "
                                           "as published; agents/gate.py)")
+    spread: bool = Field(False, description="with fresh, a release waits a draw in [0, the "
+                                            "hold's largest OWD - T), per VM, so that senders "
+                                            "held together release apart (False: at once; "
+                                            "agents/gate.py says why that is the default)")
 
 
 def ns_http_get(ns: str, host: str, port: int, path: str, timeout: float = 3.0) -> dict:
@@ -150,13 +154,20 @@ class AgentMesh:
                          "--max-peers", str(self.cfg.max_peers), *key])
         self.started_ns = time.time_ns()
 
-    def start_pacers(self, vms: list, mode: str, spec: PacerSpec) -> None:
+    def start_pacers(self, vms: list, mode: str, spec: PacerSpec) -> dict[str, int]:
         """Start a pacer in each of ``vms`` (``mode`` sense or pace), told its vNIC's rate
         (the tenant knows its VM's bandwidth) and every other VM as a peer.
+
+        Returns:
+            VM -> its clock's reading (ns) before its pacer started: a report with a later
+            ``t_ns`` is the new pacer's (``session.edge.wait_synced``), not the last one of
+            a pacer stopped just before, which may reach the coordinator after this.
 
         Raises:
             LabError: the pacer's compiled loop cannot be built."""
         native.make(pacerio.NATIVE_DIR, pacerio.LIBRARY, pacerio.SOURCE, "the pacer's loop")
+        clocks = self.lab.clocks.specs
+        started = {vm.name: clocks[vm.name].to_vm_ns(time.time_ns()) for vm in vms}
         cip = self.coordinator.IP()
         for vm in vms:
             intf = vm.defaultIntf()
@@ -171,7 +182,9 @@ class AgentMesh:
                          "--max-hold-us", str(spec.max_hold_us),
                          "--probe-us", str(spec.probe_us)]
                         + ([] if spec.predict else ["--no-predict"])
-                        + ([] if spec.fresh else ["--no-fresh"]))
+                        + ([] if spec.fresh else ["--no-fresh"])
+                        + (["--spread"] if spec.spread else []))
+        return started
 
     def stop_pacers(self) -> None:
         """Stop every pacer (SIGTERM: each releases its holds, removes its qdisc and sends a

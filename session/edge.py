@@ -53,10 +53,13 @@ def _reports(mesh: AgentMesh, vms: list[str], seen: dict[str, int]) -> Coordinat
         time.sleep(0.2)
 
 
-def wait_synced(mesh: AgentMesh, vms: list[str], timeout_s: float) -> CoordinatorState:
+def wait_synced(mesh: AgentMesh, vms: list[str], timeout_s: float,
+                started: dict[str, int] | None = None) -> CoordinatorState:
     """Wait until the pacers of ``vms`` report ``synced`` (their gate can act: a pacer's
     start, Python importing numpy, pydantic and pyroute2, took over 5 s on a loaded machine,
-    and its gate stays open until the clock sync has converged); the coordinator's state then.
+    and its gate stays open until the clock sync has converged), in reports later than
+    ``started`` (``AgentMesh.start_pacers``' return; without it the last report of a pacer
+    stopped before passes too); the coordinator's state then.
 
     Raises:
         LabError: not within ``timeout_s`` (the pacers' states are named).
@@ -64,7 +67,9 @@ def wait_synced(mesh: AgentMesh, vms: list[str], timeout_s: float) -> Coordinato
     deadline = time.monotonic() + timeout_s
     while True:
         st = mesh.state()
-        if st is not None and all(v in st.pacers and st.pacers[v].synced for v in vms):
+        if st is not None and all(v in st.pacers and st.pacers[v].synced
+                                  and st.pacers[v].t_ns > (started or {}).get(v, 0)
+                                  for v in vms):
             return st
         if time.monotonic() > deadline:
             states = {v: st.pacers[v].status if st and v in st.pacers else "no report"

@@ -4,7 +4,8 @@
  * One native thread (npc_start) owns the pacer's UDP socket and a NETLINK_ROUTE socket and,
  * without ever taking Python's GIL:
  *   1. sends a timestamp probe to each active destination every probe_ns (layout below), with
- *      at most IN_FLIGHT unanswered (then one per max_age_ns): a probe is a packet in the
+ *      at most IN_FLIGHT unanswered (then one per max_age_ns; and one when a hold starts or
+ *      ends, whatever is unanswered): a probe is a packet in the
  *      queue it measures, and a queue long in time would otherwise fill with probes
  *      (4 senders at 2 ms into a 60 ms queue: 120 probes, more than a 50-packet buffer);
  *   2. answers the probes of other pacers with an echo carrying the probe's kernel RX stamp;
@@ -61,13 +62,15 @@
 #define MAX_ERRNO 256
 #define IDLE_NS 10000000LL  /* longest wait: the stop flag is seen within it */
 #define IN_FLIGHT 2         /* unanswered probes per destination before probing waits */
+#define OUTSTANDING 8       /* unanswered probes tracked per destination (older: lost) */
 
 typedef int64_t (*conv_fn)(int64_t);
 
 /* ------------------------------------------------------------------ the gate (agents/gate.py) */
 struct npc_gate_cfg {       /* GateConfig */
     double threshold_ns, max_hold_ns, max_age_ns, max_continuous_ns, max_slope;
-    int32_t predict, fresh;
+    int32_t predict, fresh, spread;
+    uint64_t seed;
 };
 
 /* Decision reasons, in agents.pacerio.REASONS order */
@@ -76,8 +79,8 @@ enum { G_UNSYNCED, G_STALE, G_PREDATES, G_OPEN_AFTER, G_BELOW, G_ABOVE, G_FRESH,
 
 struct gdest {              /* gate._Dest */
     int64_t held_until, held_since, open_until, last_sent, time_until;
-    int64_t holds;
-    double held_ns, last_owd;
+    int64_t holds, releases;
+    double held_ns, last_owd, spread_ns;
     int has_last, waiting;
 };
 
@@ -107,6 +110,24 @@ void npc_gate_free(struct npc_gate *g)
         free(g->d);
         free(g);
     }
+}
+
+/* The k-th draw in [0, 1) of ``seed``: splitmix64, its top 53 bits (gate._uniform). */
+static double uniform(uint64_t seed, uint64_t k)
+{
+    uint64_t z = seed + k * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return (double)((z ^ (z >> 31)) >> 11) * 0x1p-53;
+}
+
+/* How long a fresh release is put off, ns (Gate._stagger). */
+static int64_t stagger(const struct npc_gate *g, struct gdest *d)
+{
+    if (!g->cfg.spread)
+        return 0;
+    d->releases++;
+    return (int64_t)(uniform(g->cfg.seed, (uint64_t)d->releases) * d->spread_ns);
 }
 
 static double predicted(const struct npc_gate *g, struct gdest *d, double owd, int64_t sent,
@@ -150,7 +171,9 @@ int npc_gate_decide(struct npc_gate *g, int i, double owd, int64_t sent, int64_t
     if (owd <= g->cfg.threshold_ns) {
         if (!d->waiting)
             return G_BELOW;
-        int64_t end = d->time_until > now ? d->time_until : now;
+        int64_t end = (d->time_until > now ? d->time_until : now) + stagger(g, d);
+        if (end > d->held_until)
+            end = d->held_until;
         d->held_ns -= (double)(d->held_until - end);
         d->held_until = end, d->waiting = 0;
         *until_ns = end;
@@ -158,9 +181,10 @@ int npc_gate_decide(struct npc_gate *g, int i, double owd, int64_t sent, int64_t
     }
     double excess = pred - g->cfg.threshold_ns;
     if (!holding) {
-        d->held_since = now, d->time_until = 0;
+        d->held_since = now, d->time_until = 0, d->spread_ns = 0.0;
         d->holds++;
     }
+    d->spread_ns = fmax(d->spread_ns, fmin(excess, g->cfg.max_hold_ns));
     int64_t end = now + (int64_t)fmin(excess, g->cfg.max_hold_ns);
     int64_t cap = d->held_since + (int64_t)g->cfg.max_continuous_ns;
     if (g->cfg.fresh) {
@@ -201,7 +225,7 @@ int npc_gate_overdue(struct npc_gate *g, int i, int64_t sent, int64_t now, int64
     if (now < d->open_until)
         return G_OPEN_AFTER;
     int64_t end = now + (int64_t)g->cfg.max_continuous_ns;
-    d->held_since = now, d->time_until = now, d->waiting = 1;
+    d->held_since = now, d->time_until = now, d->waiting = 1, d->spread_ns = 0.0;
     d->holds++;
     d->held_ns += (double)(end - now);
     d->held_until = end;
@@ -225,7 +249,8 @@ struct npc_rec {            /* one OWD sample (agents/pacerio.py: RECORD) */
 
 struct npc_dstats {         /* per destination, since the start */
     int64_t sent, echoed, samples, above, switches, switch_errors;
-    int64_t overdue;        /* holds started by a late echo (npc_gate_overdue) */
+    int64_t holds;          /* holds the gate started that held the destination (hold() 1) */
+    int64_t overdue;        /* of them, started by a late echo (npc_gate_overdue) */
 };
 
 struct npc_counters {
@@ -238,8 +263,10 @@ struct dest {
     int active, synced, held;
     double off_ns, drift_ppm;
     int64_t next_probe, release_at, probed_at, syn_at;
-    int64_t first_unanswered, answered_at;  /* the oldest unanswered probe; the last echo */
-    int unanswered;         /* probes sent since the last echo */
+    int64_t out[OUTSTANDING];   /* unanswered probes' send times (tx), oldest first */
+    int64_t answered_at;    /* the last echo */
+    int unanswered;         /* how many: sent after the newest probe echoed (a path is FIFO:
+                             * an echo answers for every probe sent before its own) */
     int has_answered;
     unsigned char hold_msg[MAX_MSG], open_msg[MAX_MSG];
     int hold_len, open_len;
@@ -419,24 +446,43 @@ static int nl_send(struct npc *h, unsigned char *msg, int len)
 
 static void send_probe(struct npc *h, int i, int64_t now)
 {
+    struct dest *d = &h->d[i];
     unsigned char b[PROBE_LEN] = "NSPC";
+    int64_t tx = now_vm(h);
     b[4] = KIND_PROBE;
     put_be(b + 8, ++h->seq, 8);
-    put_be(b + 16, (uint64_t)now_vm(h), 8);
+    put_be(b + 16, (uint64_t)tx, 8);
     struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(h->port),
-                             .sin_addr.s_addr = h->d[i].ip};
-    if (sendto(h->fd, b, sizeof b, MSG_DONTWAIT, (struct sockaddr *)&to, sizeof to) < 0)
+                             .sin_addr.s_addr = d->ip};
+    d->next_probe = now + h->probe_ns;
+    d->probed_at = now;
+    if (sendto(h->fd, b, sizeof b, MSG_DONTWAIT, (struct sockaddr *)&to, sizeof to) < 0) {
         count_errno(h, errno);
-    else
-        h->d[i].st.sent++;
-    h->d[i].next_probe = now + h->probe_ns;
-    h->d[i].probed_at = now;
-    if (!h->d[i].unanswered++)
-        h->d[i].first_unanswered = now;
+        return;
+    }
+    d->st.sent++;
+    if (d->unanswered == OUTSTANDING) {     /* the oldest is taken as lost */
+        memmove(d->out, d->out + 1, (OUTSTANDING - 1) * sizeof *d->out);
+        d->unanswered--;
+    }
+    d->out[d->unanswered++] = tx;
+}
+
+/* The echo of a probe sent at ``tx`` answers for it and every probe sent before it. */
+static void answered(struct dest *d, int64_t tx)
+{
+    int k = 0;
+    while (k < d->unanswered && d->out[k] <= tx)
+        k++;
+    memmove(d->out, d->out + k, (d->unanswered - k) * sizeof *d->out);
+    d->unanswered -= k;
 }
 
 /* When destination ``d`` may be probed next: its period, later while IN_FLIGHT probes are
- * unanswered (until an echo, or max_age_ns after the last probe: echoes get lost). */
+ * unanswered (until an echo of one of them, or max_age_ns after the last probe: echoes get
+ * lost). Before, any echo reset the count: under a long queue each echo let 2 more probes in,
+ * and the probes in flight grew to the queue's delay over the period (26 of a 50-packet queue's
+ * packets were 66-byte probes, measured). */
 static int64_t probe_due(const struct npc *h, const struct dest *d)
 {
     if (d->unanswered < IN_FLIGHT)
@@ -476,17 +522,19 @@ static void on_syns(struct npc *h)
     }
 }
 
-/* Hold destination ``d`` until ``until`` (its prebuilt message; a fresh probe goes out at once).
- * 1 when it is held now. */
-static int hold(struct npc *h, struct dest *d, int64_t until, int64_t now)
+/* Hold destination ``i`` until ``until`` (its prebuilt message; when it was open, a fresh probe
+ * goes out at once, whatever is unanswered: the hold waits for a sample sent in it). 1 when it
+ * is held now. */
+static int hold(struct npc *h, int i, int64_t until, int64_t now)
 {
+    struct dest *d = &h->d[i];
     if (!d->held) {
         if (!d->hold_len) {
             h->c.unprepared++;
         } else if (nl_send(h, d->hold_msg, d->hold_len) == 0) {
             d->held = 1;
             d->st.switches++;
-            d->next_probe = now;    /* a fresh sample, taken in the hold, at once */
+            send_probe(h, i, now);
         } else {
             d->st.switch_errors++;
         }
@@ -500,7 +548,7 @@ static void on_echo(struct npc *h, int i, int64_t tx, int64_t prx, int64_t seen)
     struct dest *d = &h->d[i];
     int64_t now = now_vm(h);
     d->st.echoed++;
-    d->unanswered = 0;
+    answered(d, tx);
     d->answered_at = now, d->has_answered = 1;
     if (!d->synced)
         return;
@@ -512,12 +560,12 @@ static void on_echo(struct npc *h, int i, int64_t tx, int64_t prx, int64_t seen)
         d->st.above++;
     if (h->pace) {
         double hold_ns;
-        int64_t until;
+        int64_t until, holds = h->gate->d[i].holds;
         int why = npc_gate_decide(h->gate, i, owd, tx, now, 1, &hold_ns, &until);
         if (why == G_FRESH && d->held)
             d->release_at = until;
-        if (hold_ns > 0) {
-            hold(h, d, until, now);
+        if (hold_ns > 0 && hold(h, i, until, now)) {
+            d->st.holds += h->gate->d[i].holds > holds;
             r.held = 1;
             r.react_ns = now_vm(h) - seen;
         }
@@ -594,22 +642,24 @@ static void drain_netlink(struct npc *h)
 }
 
 /* Destination ``i``'s oldest unanswered probe, when it is late (npc_gate_overdue): a hold.
- * When to look again (ns, VM clock; INT64_MAX: nothing to watch). */
+ * When to look again (ns, VM clock; INT64_MAX: nothing to watch until an echo or a probe). */
 static int64_t watch_echo(struct npc *h, int i, int64_t now)
 {
     struct dest *d = &h->d[i];
     if (!h->pace || !d->synced || !d->unanswered || d->held)
         return INT64_MAX;
-    int64_t late = d->first_unanswered +
+    int64_t late = d->out[0] +
                    (int64_t)(h->gate->cfg.threshold_ns + h->gate->cfg.max_hold_ns) + 1;
     if (now < late)
         return late;
     double hold_ns;
     int64_t until;
-    npc_gate_overdue(h->gate, i, d->first_unanswered, now, d->answered_at, d->has_answered, 1,
-                     &hold_ns, &until);
-    if (hold_ns > 0 && hold(h, d, until, now))
-        d->st.overdue++;
+    int why = npc_gate_overdue(h->gate, i, d->out[0], now, d->answered_at,
+                               d->has_answered, 1, &hold_ns, &until);
+    if (why == G_OPEN_AFTER)    /* late still, and gated again when the open spell ends */
+        return h->gate->d[i].open_until;
+    if (hold_ns > 0 && hold(h, i, until, now))
+        d->st.holds++, d->st.overdue++;
     return INT64_MAX;
 }
 
@@ -705,12 +755,13 @@ int npc_drain(struct npc *h, struct npc_rec *out, int max)
     return k;
 }
 
-/* Destination ``i``'s counters and its gate's (holds, held ns) now. */
-void npc_stats(struct npc *h, int i, struct npc_dstats *out, int64_t *holds, double *held_ns)
+/* Destination ``i``'s counters and its gate's hold time (ns) now. */
+void npc_stats(struct npc *h, int i, struct npc_dstats *out, double *held_ns)
 {
+    int64_t holds;
     pthread_mutex_lock(&h->mu);
     *out = h->d[i].st;
-    npc_gate_stats(h->gate, i, holds, held_ns);
+    npc_gate_stats(h->gate, i, &holds, held_ns);
     pthread_mutex_unlock(&h->mu);
 }
 

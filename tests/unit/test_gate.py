@@ -7,10 +7,11 @@ MS = 1_000_000
 T = 500_000  # ns
 
 
-def gate(fresh=False, **kw):
-    """On-Ramp's rule as published unless ``fresh``."""
+def gate(fresh=False, spread=False, **kw):
+    """On-Ramp's rule as published unless ``fresh``; a fresh release at once unless
+    ``spread``."""
     return Gate(GateConfig(threshold_ns=T, max_hold_ns=5 * MS, max_age_ns=20 * MS,
-                           max_continuous_ns=20 * MS, fresh=fresh, **kw))
+                           max_continuous_ns=20 * MS, fresh=fresh, spread=spread, **kw))
 
 
 def test_below_threshold_never_holds():
@@ -184,3 +185,53 @@ def test_a_late_echo_holds_until_a_fresh_sample_then_only_while_the_destination_
         "destination silent: gate open"
     assert g.overdue("vm3", 0, 30 * MS, answered_ns=None, synced=False).hold_ns == 0
     assert gate(fresh=False).overdue("vm2", 0, late + 1, answered_ns=0).hold_ns == 0
+
+
+def test_senders_held_together_release_apart_within_the_holds_largest_excess():
+    """Truth: four senders into one queue see the same samples: a queue of 3 ms over T (a hold,
+    excess 3 ms), then one of 1.5 ms, then a fresh sample below T. Without ``spread`` all four
+    release when it returns (10 ms); with it each one (its own seed, as each VM's pacer has)
+    a draw in [0, 3 ms) later: apart, none before 10 ms nor at 13 ms or after, the hold time
+    counted to each one's release. The same seed draws the same."""
+    def run(**kw):
+        g = gate(fresh=True, **kw)
+        g.decide("vm5", owd_ns=T + 3 * MS, sent_ns=0, now_ns=4 * MS)
+        g.decide("vm5", owd_ns=T + 1.5 * MS, sent_ns=5 * MS, now_ns=7 * MS)
+        d = g.decide("vm5", owd_ns=T - 1, sent_ns=9 * MS, now_ns=10 * MS)
+        assert d.reason.startswith("released")
+        assert g.stats("vm5") == (1, d.until_ns - 4 * MS)
+        return d.until_ns
+
+    assert {run(seed=s) for s in range(4)} == {10 * MS}
+    ends = [run(spread=True, seed=s) for s in range(4)]
+    assert len(set(ends)) == 4 and all(10 * MS <= e < 13 * MS for e in ends), ends
+    assert max(ends) - min(ends) > MS, ends
+    assert run(spread=True, seed=2) == ends[2]
+
+
+def test_a_sample_above_threshold_while_a_release_waits_rearms_the_wait():
+    """Truth: a fresh sample below T puts the release off (the excess was 5 ms, the longest
+    hold: the draw of seed 3 is most of it); before it comes, another sender's release shows
+    in a sample above T: held again until a fresh sample below T (up to the cap, 24 ms), which
+    puts the release off once more, no later than the cap."""
+    g = gate(fresh=True, spread=True, seed=3)
+    g.decide("vm5", owd_ns=T + 9 * MS, sent_ns=0, now_ns=4 * MS)        # excess 9, spread 5 ms
+    d = g.decide("vm5", owd_ns=T - 1, sent_ns=5 * MS, now_ns=6 * MS)
+    assert d.reason.startswith("released") and 6 * MS < d.until_ns < 11 * MS, d
+    wait = d.until_ns
+    d = g.decide("vm5", owd_ns=T + MS, sent_ns=6 * MS, now_ns=6 * MS + 1)
+    assert d.reason == "above threshold" and d.until_ns == 24 * MS
+    assert g.held("vm5", wait) and g.held("vm5", 20 * MS)
+    d = g.decide("vm5", owd_ns=T - 1, sent_ns=8 * MS, now_ns=9 * MS)
+    assert d.reason.startswith("released") and 9 * MS <= d.until_ns < 14 * MS
+    assert g.stats("vm5")[0] == 1
+
+
+def test_a_missing_echos_hold_that_saw_no_queue_is_released_at_once():
+    """A late echo's hold (``overdue``) whose fresh samples never showed a queue above T has
+    nothing to spread: the first fresh sample below T releases it at once."""
+    g = gate(fresh=True, spread=True, seed=1)
+    late = T + 5 * MS
+    assert g.overdue("vm2", 0, late + 1, answered_ns=0).reason.startswith("probe overdue")
+    d = g.decide("vm2", owd_ns=T - 1, sent_ns=late + 2, now_ns=late + MS)
+    assert d.reason.startswith("released") and d.until_ns == late + MS

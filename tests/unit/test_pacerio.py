@@ -34,12 +34,16 @@ def series(seed: int, n: int = 4000):
             yield dst, float(owd), sent, now, synced, None
 
 
+@pytest.mark.parametrize("spread", [True, False])
 @pytest.mark.parametrize("fresh", [True, False])
 @pytest.mark.parametrize("predict", [True, False])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_compiled_gate_matches_the_python_gate(seed, predict, fresh):
+def test_compiled_gate_matches_the_python_gate(seed, predict, fresh, spread):
+    """Also the release spread's draws (``spread``, a seed past 2**63 on the C side's
+    unsigned arithmetic)."""
     cfg = GateConfig(threshold_ns=500_000, max_hold_ns=5 * MS, max_age_ns=20 * MS,
-                     max_continuous_ns=20 * MS, predict=predict, max_slope=8.0, fresh=fresh)
+                     max_continuous_ns=20 * MS, predict=predict, max_slope=8.0, fresh=fresh,
+                     spread=spread, seed=-seed)
     py, c = Gate(cfg), CGate(cfg, 3)
     reasons = set()
     for dst, owd, sent, now, synced, answered in series(seed):
