@@ -74,6 +74,11 @@ from dataclasses import dataclass, field
 __all__ = ["Decision", "Gate", "GateConfig"]
 
 
+MAX_SPAN_NS = 86_400e9
+"""The longest threshold, hold or age a ``GateConfig`` takes, ns: times stay far inside the
+compiled gate's int64 nanoseconds."""
+
+
 @dataclass(frozen=True)
 class GateConfig:
     """Gate parameters.
@@ -133,6 +138,12 @@ class GateConfig:
                      "max_slope"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("threshold_ns", "max_hold_ns", "max_age_ns", "max_continuous_ns"):
+            if getattr(self, name) > MAX_SPAN_NS:
+                raise ValueError(f"{name} must be <= {MAX_SPAN_NS:.0f} ns (a day), got "
+                                 f"{getattr(self, name)}")
+        if self.spread and not self.fresh:
+            raise ValueError("spread needs fresh: only a fresh release is put off")
 
 
 @dataclass(frozen=True)

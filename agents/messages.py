@@ -200,13 +200,13 @@ class PacerDest(_Wire):
     """Probes sent toward it whose echo never came back (lost either way, or in flight at
     the report): the share of a queue's drops that were the pacer's own."""
     holds: int = 0
-    """Holds started toward it that held its traffic (a hold whose switch failed, or an
-    extension of a hold, is not counted)."""
+    """Times its traffic went from open to held (a switch of its class; a gate decision whose
+    switch failed counts only when a later decision of the same hold switches)."""
     overdue_holds: int = 0
     """Of ``holds``, those started by a probe without echo for T + the longest hold (its OWD
     unknown: ``agents.gate.Gate.overdue``), not by a sample above T."""
     held_ms: float = 0.0
-    """Total time held, ms."""
+    """Total time the gate held it, ms (as decided: a spell whose switch failed counts)."""
     react_us_p99: float | None = None
     """From an echo's arrival (kernel stamp) to its hold applied, 99th percentile over the
     recent holds, us: the control loop's own delay (benchmarks/pacer_model.py shows what a

@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 import psutil
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agents import pacerio, probeio
 from agents.coordinator import DRIFT_WINDOWS
@@ -86,6 +86,12 @@ class PacerSpec(BaseModel):
                                             "hold's largest OWD - T), per VM, so that senders "
                                             "held together release apart (False: at once; "
                                             "agents/gate.py says why that is the default)")
+
+    @model_validator(mode="after")
+    def _spread_needs_fresh(self) -> PacerSpec:
+        if self.spread and not self.fresh:
+            raise ValueError("pacer.spread needs pacer.fresh: only a fresh release is put off")
+        return self
 
 
 def ns_http_get(ns: str, host: str, port: int, path: str, timeout: float = 3.0) -> dict:

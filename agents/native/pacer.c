@@ -523,8 +523,9 @@ static void on_syns(struct npc *h)
 }
 
 /* Hold destination ``i`` until ``until`` (its prebuilt message; when it was open, a fresh probe
- * goes out at once, whatever is unanswered: the hold waits for a sample sent in it). 1 when it
- * is held now. */
+ * goes out at once, whatever is unanswered: the hold waits for a sample sent in it, and the
+ * switch counts as a hold: ``holds`` are the holds that held, whichever sample or extension
+ * of the gate's hold made the switch). 1 when it is held now. */
 static int hold(struct npc *h, int i, int64_t until, int64_t now)
 {
     struct dest *d = &h->d[i];
@@ -534,6 +535,7 @@ static int hold(struct npc *h, int i, int64_t until, int64_t now)
         } else if (nl_send(h, d->hold_msg, d->hold_len) == 0) {
             d->held = 1;
             d->st.switches++;
+            d->st.holds++;
             send_probe(h, i, now);
         } else {
             d->st.switch_errors++;
@@ -560,12 +562,11 @@ static void on_echo(struct npc *h, int i, int64_t tx, int64_t prx, int64_t seen)
         d->st.above++;
     if (h->pace) {
         double hold_ns;
-        int64_t until, holds = h->gate->d[i].holds;
+        int64_t until;
         int why = npc_gate_decide(h->gate, i, owd, tx, now, 1, &hold_ns, &until);
         if (why == G_FRESH && d->held)
             d->release_at = until;
         if (hold_ns > 0 && hold(h, i, until, now)) {
-            d->st.holds += h->gate->d[i].holds > holds;
             r.held = 1;
             r.react_ns = now_vm(h) - seen;
         }
@@ -658,8 +659,8 @@ static int64_t watch_echo(struct npc *h, int i, int64_t now)
                                d->has_answered, 1, &hold_ns, &until);
     if (why == G_OPEN_AFTER)    /* late still, and gated again when the open spell ends */
         return h->gate->d[i].open_until;
-    if (hold_ns > 0 && hold(h, i, until, now))
-        d->st.holds++, d->st.overdue++;
+    if (hold_ns > 0 && hold(h, i, until, now))   /* it was open (above): a hold that held */
+        d->st.overdue++;
     return INT64_MAX;
 }
 

@@ -77,6 +77,14 @@ def test_stale_and_unsynced_samples_are_ignored():
 def test_bad_parameters_are_refused(field):
     with pytest.raises(ValueError, match=field):
         GateConfig(**{field: 0})
+    with pytest.raises(ValueError, match=field):  # the compiled gate's int64 ns would wrap
+        GateConfig(**{field: 1e18})
+
+
+def test_spread_without_fresh_is_refused():
+    """Only a fresh release is put off: ``spread`` alone would be accepted and do nothing."""
+    with pytest.raises(ValueError, match="spread needs fresh"):
+        GateConfig(fresh=False, spread=True)
 
 
 def queue_owd(t_ns: float, slope: float = 0.5) -> float:
@@ -229,9 +237,14 @@ def test_a_sample_above_threshold_while_a_release_waits_rearms_the_wait():
 
 def test_a_missing_echos_hold_that_saw_no_queue_is_released_at_once():
     """A late echo's hold (``overdue``) whose fresh samples never showed a queue above T has
-    nothing to spread: the first fresh sample below T releases it at once."""
+    nothing to spread, even after an earlier hold that had: the first fresh sample below T
+    releases it at once."""
     g = gate(fresh=True, spread=True, seed=1)
-    late = T + 5 * MS
-    assert g.overdue("vm2", 0, late + 1, answered_ns=0).reason.startswith("probe overdue")
-    d = g.decide("vm2", owd_ns=T - 1, sent_ns=late + 2, now_ns=late + MS)
-    assert d.reason.startswith("released") and d.until_ns == late + MS
+    g.decide("vm2", owd_ns=T + 4 * MS, sent_ns=0, now_ns=MS)             # a queue: 4 ms over
+    first = g.decide("vm2", owd_ns=T - 1, sent_ns=2 * MS, now_ns=6 * MS)
+    assert first.reason.startswith("released") and first.until_ns > 6 * MS  # spread
+    sent = 10 * MS
+    now = sent + T + 5 * MS + 1                                          # late: T + max_hold
+    assert g.overdue("vm2", sent, now, answered_ns=6 * MS).reason.startswith("probe overdue")
+    d = g.decide("vm2", owd_ns=T - 1, sent_ns=now + 1, now_ns=now + MS)
+    assert d.reason.startswith("released") and d.until_ns == now + MS

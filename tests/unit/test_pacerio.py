@@ -34,8 +34,7 @@ def series(seed: int, n: int = 4000):
             yield dst, float(owd), sent, now, synced, None
 
 
-@pytest.mark.parametrize("spread", [True, False])
-@pytest.mark.parametrize("fresh", [True, False])
+@pytest.mark.parametrize(("fresh", "spread"), [(True, True), (True, False), (False, False)])
 @pytest.mark.parametrize("predict", [True, False])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_compiled_gate_matches_the_python_gate(seed, predict, fresh, spread):

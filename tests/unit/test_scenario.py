@@ -228,6 +228,8 @@ def test_two_step_names_one_of_the_jobs_and_needs_the_agents(tmp_path):
                                             "{name: b, ranks: 2, cc: vegas}]\n"))
     assert "synchronized clocks" in errs["jobs[0].pacer"]
     assert "cubic" in errs["jobs[1].cc"] and "bbr" in errs["jobs[1].cc"], errs
+    errs = errors_of(write(tmp_path, GOOD + "pacer: {fresh: false, spread: true}\n"))
+    assert any("spread needs pacer.fresh" in m for m in errs.values()), errs
 
 
 def test_lb_section_names_modes_and_needs_a_leaf_spine_it_can_run_on(tmp_path):
