@@ -22,8 +22,8 @@ coefficient of variation, the fabric's drops, and for every physical host over t
 timed iterations (the last ``completion_s`` before its end) the CPU its cgroup used (cores),
 the time its tasks waited for CFS quota (``Cgroups.throttling``: throttled time / window,
 summed over the CPUs' run queues, so it can pass 100 %) and the CPU the agent daemons in its
-VMs took (ms; the coordinator's separately), sampled every 50 ms (psutil's CPU times count
-in 10 ms ticks).
+VMs took (ms, in all and per VM; the coordinator's separately), sampled every 50 ms
+(psutil's CPU times count in 10 ms ticks).
 """
 from __future__ import annotations
 
@@ -110,11 +110,12 @@ def detail(name: str, entry: dict, end_ns: int, sampler: HostSampler, phys: dict
         return
     span, hosts, cpu = got
     for h, (_, thr, thr_ns, use_ns) in sorted(hosts.items()):
-        agents = sum(v for k, v in cpu.items()
-                     if k.startswith("agent-") and phys.get(k[6:]) == h)
+        agents = {k[6:]: v for k, v in sorted(cpu.items())
+                  if k.startswith("agent-") and phys.get(k[6:]) == h}
+        each = " ".join(f"{vm} {1000 * v:.0f}" for vm, v in agents.items())
         print(f"      {h}: cpu {use_ns / 1e9 / span:.3f} cores, throttled "
               f"{thr_ns / 1e9 / span:5.1%} of {span:.2f} s ({thr} periods), agents "
-              f"{1000 * agents:.0f} ms")
+              f"{1000 * sum(agents.values()):.0f} ms ({each})")
     print(f"      coordinator {1000 * cpu.get('coordinator', 0.0):.0f} ms")
 
 

@@ -10,7 +10,9 @@ v2 ``cpu.max``) over a 10 ms period (the kernel's default 100 ms lets a host of 
 run 25 ms and then throttles it for 75 ms: a VM's compute of tens of ms then finishes or
 stalls by chance; a hypervisor shares vCPUs at finer grain; under 0.1 core the period grows
 so that the quota stays at the kernel's 1 ms minimum: ``cfs_budget``); ``cpuset`` ("0-1")
-pins the host's VMs to cores. See the kernel's scheduler/sched-bwc document.
+pins the host's VMs to cores. See the kernel's scheduler/sched-bwc document. ``reserve``
+weighs the whole lab above the machine's other processes, so that a busy machine still gives
+the hosts their budgets.
 """
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ MIN_QUOTA_US = 1_000
 period (``cfs_budget``)."""
 MAX_PERIOD_US = 1_000_000
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "freezer")
+RESERVE_WEIGHT = 100
+"""``Cgroups.reserve``: the lab's CPU weight, in default processes (100 of them)."""
 
 
 def _write(path: str, value: str) -> None:
@@ -93,6 +97,18 @@ class Cgroups:
             if path is None:
                 raise CapabilityError(f"cpuset {cpuset!r} for {phys}: no cpuset controller")
             _write(os.path.join(path, "cpuset.cpus"), cpuset)
+
+    def reserve(self, weight: float = RESERVE_WEIGHT) -> None:
+        """Weigh the lab's top cgroup ``weight`` times a default process against the machine's
+        other processes (v1 ``cpu.shares`` over 1024, v2 ``cpu.weight`` over 100, capped at the
+        kernel's maximum), so that its hosts get their budgets while others load the machine;
+        their quotas still cap them. Call after ``create_host``. Source: the kernel's
+        scheduler/sched-design-CFS (group scheduling) and cgroup-v1/cpus or cgroup-v2 (cpu)."""
+        path = self._ctl("cpu")
+        if self.mode == "v1":
+            _write(os.path.join(path, "cpu.shares"), str(min(262_144, round(1024 * weight))))
+        else:
+            _write(os.path.join(path, "cpu.weight"), str(min(10_000, round(100 * weight))))
 
     def create_vm(self, phys: str, vm: str) -> None:
         """Create ``vm``'s cgroup under ``phys`` (which must exist)."""

@@ -93,6 +93,8 @@ class Lab:
             (``lab.fabric``).
         clocks: how VM clocks are drawn.
         cpu_cores: CPU budget of every physical host (cores; None: unlimited).
+        cpu_reserve: weigh the lab's cgroups above the machine's other processes
+            (``Cgroups.reserve``), so that the hosts get their budgets on a busy machine.
         host_cpu: per physical host ``{"cpu_cores": float, "cpuset": "0-1"}`` overrides.
         progress: called with short messages during long steps.
 
@@ -104,12 +106,14 @@ class Lab:
 
     def __init__(self, topo: Topo, name: str = "lab", seed: int = 1,
                  clocks: ClockConfig | None = None, cpu_cores: float | None = None,
-                 host_cpu: dict[str, dict] | None = None, fabric: str = "ecmp",
+                 cpu_reserve: bool = False, host_cpu: dict[str, dict] | None = None,
+                 fabric: str = "ecmp",
                  progress: Callable[[str], None] | None = None):
         self.topo, self.name, self.seed = topo, check_lab_name(name), seed
         self.fabric = check_mode(fabric)
         self.clock_config = clocks or ClockConfig()
         self.cpu_cores, self.host_cpu = cpu_cores, host_cpu or {}
+        self.cpu_reserve = cpu_reserve
         self.progress = progress or (lambda msg: None)
         self.net: Mininet | None = None
         self.cgroups: Cgroups | None = None
@@ -230,6 +234,8 @@ class Lab:
         for host in sorted(set(self.phys.values())):
             spec = {"cpu_cores": self.cpu_cores, **self.host_cpu.get(host, {})}
             self.cgroups.create_host(host, spec.get("cpu_cores"), spec.get("cpuset"))
+        if self.cpu_reserve:
+            self.cgroups.reserve()
         for vm, host in self.phys.items():
             self.cgroups.create_vm(host, vm)
             self.clocks.add_vm(vm, host)

@@ -125,6 +125,9 @@ class HostsSpec(HostCpuSpec):
     """CPU budget of every physical host, with per-host ``overrides``."""
 
     overrides: dict[str, HostCpuSpec] = Field(default_factory=dict)
+    reserve: bool = Field(False, description="the lab's hosts get their budgets before the "
+                          "machine's other processes (the lab weighs as 100 of them; the "
+                          "quotas still cap each host)")
 
 
 class JobSpec(JobConfig):

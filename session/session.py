@@ -52,7 +52,8 @@ def make_lab(scenario: Scenario, topo: Topo, name: str | None = None,
              progress: Callable[[str], None] | None = None) -> Lab:
     """The ``Lab`` a scenario describes (not started; ``nslab up`` starts it alone)."""
     return Lab(topo, name=name or scenario.name, seed=scenario.seed, clocks=scenario.clocks,
-               cpu_cores=scenario.hosts.cpu_cores, fabric=scenario.fabric.mode,
+               cpu_cores=scenario.hosts.cpu_cores, cpu_reserve=scenario.hosts.reserve,
+               fabric=scenario.fabric.mode,
                host_cpu={h: o.model_dump(exclude_none=True)
                          for h, o in scenario.hosts.overrides.items()},
                progress=progress)

@@ -93,3 +93,22 @@ def test_cgroup_v2_without_cpu_controller_gives_a_clear_error():
     finally:
         cg.destroy()
     assert cg.exists() == []
+
+
+def test_reserve_weighs_the_lab_above_other_processes():
+    """``Cgroups.reserve``: the lab's top cgroup weighs 100 default processes (v1
+    ``cpu.shares`` 102400), its hosts keep their quota; destroy removes it all."""
+    from lab.cgroups import Cgroups
+    cg = Cgroups("it_reserve")
+    try:
+        cg.create_host("phys1", cpu_cores=0.25)
+        cg.reserve()
+        top = cg._ctl("cpu")
+        with open(f"{top}/cpu.shares" if cg.mode == "v1" else f"{top}/cpu.weight") as f:
+            assert int(f.read()) == (102_400 if cg.mode == "v1" else 10_000)
+        with open(f"{top}/phys1/cpu.cfs_quota_us" if cg.mode == "v1"
+                  else f"{top}/phys1/cpu.max") as f:
+            assert f.read().split()[0] == "2500"
+    finally:
+        cg.destroy()
+    assert cg.exists() == []

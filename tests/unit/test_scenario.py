@@ -73,6 +73,19 @@ def test_good_scenario_builds_topology(tmp_path):
     assert {topo.nodeInfo(v)["phys"] for v in topo.hosts()} == {"phys1", "phys2"}
 
 
+def test_hosts_reserve_reaches_the_lab(tmp_path):
+    """``hosts.reserve`` (off unless asked; quickstart asks) becomes the lab's
+    ``cpu_reserve``, which weighs its cgroups above the machine's other processes."""
+    from session.session import make_lab
+    sc, topo = load(write(tmp_path, GOOD))
+    assert make_lab(sc, topo).cpu_reserve is False
+    sc, topo = load(write(tmp_path, GOOD + "hosts: {cpu_cores: 0.25, reserve: true}\n"))
+    assert make_lab(sc, topo).cpu_reserve is True
+    assert load("quickstart")[0].hosts.reserve is True
+    errs = errors_of(write(tmp_path, GOOD + "hosts: {reserve: maybe}\n"))
+    assert "hosts.reserve" in errs
+
+
 def test_unknown_field(tmp_path):
     errs = errors_of(write(tmp_path, GOOD + "topology_extra: 1\n"))
     assert errs == {"topology_extra": "unknown field `topology_extra`"}
