@@ -583,6 +583,9 @@ class PacerSection(_Model):
     predict: bool = Field(description="holds on the OWD extrapolated to now (agents/gate.py)")
     fresh: bool = Field(description="a hold lasts until a sample sent during it is below T "
                                     "(agents/gate.py)")
+    spread: bool = Field(False, description="a fresh release waits a per-VM draw in [0, the "
+                                            "hold's largest OWD - T) (agents/gate.py; absent "
+                                            "before it existed: False)")
     reports: dict[str, PacerReport] = Field(description="by VM: its last PacerReport "
                                                         "(agents/API.md)")
 

@@ -335,3 +335,11 @@ def test_fidelity_line_says_where_in_one_line():
     assert R.fidelity_line(_fidelity(False, queues=None, queues_error="OSError: gone")) == (
         "fidelity: ok - CPU busy p50 50% max 100%, softirq max 100%; no core saturated; "
         "link queues not read: OSError: gone")
+
+
+def test_pacer_section_takes_every_pacer_setting():
+    """The session writes the scenario's pacer settings (``PacerSpec.model_dump``) into the
+    results' pacer section: a setting added to one and not the other failed only in a lab."""
+    from session.daemons import PacerSpec
+    section = R.PacerSection(**PacerSpec(spread=True).model_dump(), reports={})
+    assert section.spread is True
