@@ -39,14 +39,18 @@ class Sensed:
     reports: dict[str, PacerReport] = field(default_factory=dict)
 
 
-def _reports(mesh: AgentMesh, vms: list[str], seen: dict[str, int]) -> CoordinatorState | None:
+def _reports(mesh: AgentMesh, vms: list[str], seen: dict[str, int],
+             after: dict[str, int] | None = None) -> CoordinatorState | None:
     """The coordinator's state once every VM of ``vms`` has a pacer report other than the one
-    in ``seen`` (by t_ns), or the last state after ``REPORT_WAIT_S``."""
+    in ``seen`` (by t_ns) and later than ``after`` (``AgentMesh.start_pacers``' return: a
+    stopped pacer's last report reaching the coordinator late is not the new one's), or the
+    last state after ``REPORT_WAIT_S``."""
     deadline = time.monotonic() + REPORT_WAIT_S
+    after = after or {}
     while True:
         st = mesh.state()
         if st is not None and all(v in st.pacers and st.pacers[v].t_ns != seen.get(v)
-                                  for v in vms):
+                                  and st.pacers[v].t_ns > after.get(v, -1) for v in vms):
             return st
         if time.monotonic() > deadline:
             return st
@@ -115,10 +119,10 @@ def job_edge(lab: Lab, mesh: AgentMesh | None, vms: list[str], pacer: str,
         yield out
         return
     seen = _seen(mesh.state())
-    mesh.start_pacers([lab[v] for v in vms], pacer, spec)
-    st = _reports(mesh, vms, seen)
+    started = mesh.start_pacers([lab[v] for v in vms], pacer, spec)
+    st = _reports(mesh, vms, seen, started)
     missing = [v for v in vms if st is None or v not in st.pacers
-               or st.pacers[v].t_ns == seen.get(v)]
+               or st.pacers[v].t_ns == seen.get(v) or st.pacers[v].t_ns <= started.get(v, -1)]
     if missing:
         mesh.stop_pacers()
         raise LabError(f"the pacers of {', '.join(missing)} did not report within "
