@@ -24,10 +24,12 @@ def test_pacer_senses_tcp_and_holds_nothing_below_threshold(nslab_lab):
                 break
             time.sleep(0.1)
         assert "htb 1:" in vm1.cmd("tc qdisc show dev vm1-eth0")
+        # the pacer takes OWD samples once it has the agents' clock estimates: the flow waits
+        # for them (on a fresh machine the first windows came after a 6 s flow had ended)
+        st = wait_synced(mesh, ["vm1"], 40.0)
         # a flow at a tenth of the link rate builds no queue: OWD ~ base, far below T
         doc = iperf3(vm1, vm2, "-b", "10M", "-t", "6")
         assert doc["end"]["sum_received"]["bits_per_second"] > 8e6
-        st = wait_synced(mesh, ["vm1"], 40.0)
         time.sleep(1.5)  # one more report after the flow
         p = mesh.state().pacers["vm1"]
         assert p.mode == "pace" and p.synced and p.status == "pacing"
