@@ -199,6 +199,9 @@ class PacerDest(_Wire):
     probes_lost: int = 0
     """Probes sent toward it whose echo never came back (lost either way, or in flight at
     the report): the share of a queue's drops that were the pacer's own."""
+    stale_echoes: int = 0
+    """Echoes from it that answered no unanswered probe, ignored: duplicates, echoes of a
+    previous pacer on the port, echoes of probes already taken as lost."""
     holds: int = 0
     """Times its traffic went from open to held (a switch of its class; a gate decision whose
     switch failed counts only when a later decision of the same hold switches)."""

@@ -281,7 +281,8 @@ class Pacer:
                                     react_us_p99=react.get(name),
                                     wake_us_p99=wake.get(name), tcp=tcp,
                                     probes_sent=st.sent, above_threshold=st.above,
-                                    probes_lost=max(0, st.sent - st.echoed))
+                                    probes_lost=st.sent - st.echoed,
+                                    stale_echoes=st.stale)
         return PacerReport(name=self.cfg.name, t_ns=self.clock.now_ns(), mode=self.cfg.mode,
                            threshold_us=self.cfg.gate.threshold_ns / 1e3,
                            synced=self.synced, status=self.status, net=netstat().since(self.net0),

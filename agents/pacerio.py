@@ -62,10 +62,12 @@ class _GateCfg(ctypes.Structure):
 
 
 class DestStats(ctypes.Structure):
-    """``struct npc_dstats``: one destination's counters since the start."""
+    """``struct npc_dstats``: one destination's counters since the start (``echoed``: echoes
+    that answered an unanswered probe, by its sequence number; ``stale``: the others,
+    duplicates or a previous pacer's, ignored)."""
 
     _fields_ = [(n, _i64) for n in ("sent", "echoed", "samples", "above", "switches",
-                                    "switch_errors", "holds", "overdue")]
+                                    "switch_errors", "stale", "holds", "overdue")]
 
 
 class Counters(ctypes.Structure):
@@ -226,8 +228,8 @@ class Engine:
         return self._buf[:n].copy()
 
     def stats(self, i: int) -> tuple[DestStats, float]:
-        """Destination ``i``'s counters (``holds``: those that held it, ``overdue`` of them
-        started by a late echo) and the gate's total hold time (ns)."""
+        """Destination ``i``'s counters (``DestStats``; ``holds``: those that held it,
+        ``overdue`` of them started by a late echo) and the gate's total hold time (ns)."""
         st, held = DestStats(), _f64()
         self.lib.npc_stats(self.h, i, ctypes.byref(st), ctypes.byref(held))
         return st, held.value

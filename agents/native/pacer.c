@@ -9,7 +9,9 @@
  *      queue it measures, and a queue long in time would otherwise fill with probes
  *      (4 senders at 2 ms into a 60 ms queue: 120 probes, more than a 50-packet buffer);
  *   2. answers the probes of other pacers with an echo carrying the probe's kernel RX stamp;
- *   3. turns each echo into a one-way delay on the synchronized clocks,
+ *   3. turns each echo of a probe still unanswered (its seq: an echo answers for its probe and
+ *      the ones sent before it; others, duplicates or a previous pacer's, are only counted)
+ *      into a one-way delay on the synchronized clocks,
  *      owd = (rx - theta_dst(rx)) - (tx - theta_me(tx)),
  *      theta_v(t) = off_v + drift_v x 1e-6 x (t - off_v - t_ref) (agents.pacer.Sync.theta_ns),
  *      and runs On-Ramp's gate on it (npc_gate_decide: agents/gate.py's Gate.decide, the same
@@ -248,7 +250,8 @@ struct npc_rec {            /* one OWD sample (agents/pacerio.py: RECORD) */
 };
 
 struct npc_dstats {         /* per destination, since the start */
-    int64_t sent, echoed, samples, above, switches, switch_errors;
+    int64_t sent, echoed, samples, above, switches, switch_errors;  /* echoed: answering */
+    int64_t stale;          /* echoes answering no unanswered probe (answered() 0): ignored */
     int64_t holds;          /* holds the gate started that held the destination (hold() 1) */
     int64_t overdue;        /* of them, started by a late echo (npc_gate_overdue) */
 };
@@ -263,7 +266,10 @@ struct dest {
     int active, synced, held;
     double off_ns, drift_ppm;
     int64_t next_probe, release_at, probed_at, syn_at;
-    int64_t out[OUTSTANDING];   /* unanswered probes' send times (tx), oldest first */
+    struct probe {
+        uint64_t seq;
+        int64_t tx;
+    } out[OUTSTANDING];     /* unanswered probes, oldest (smallest seq) first */
     int64_t answered_at;    /* the last echo */
     int unanswered;         /* how many: sent after the newest probe echoed (a path is FIFO:
                              * an echo answers for every probe sent before its own) */
@@ -465,17 +471,24 @@ static void send_probe(struct npc *h, int i, int64_t now)
         memmove(d->out, d->out + 1, (OUTSTANDING - 1) * sizeof *d->out);
         d->unanswered--;
     }
-    d->out[d->unanswered++] = tx;
+    d->out[d->unanswered++] = (struct probe){h->seq, tx};
 }
 
-/* The echo of a probe sent at ``tx`` answers for it and every probe sent before it. */
-static void answered(struct dest *d, int64_t tx)
+/* The echo of probe ``seq`` sent at ``tx`` answers for it and every probe sent before it; 0
+ * when it is no unanswered probe's (a duplicate, a late echo of a probe taken as lost, or an
+ * echo of a previous pacer on this port: another seq or stamp). By seq, not by stamp: after
+ * the VM clock steps back, a new probe is stamped before the older ones still unanswered. */
+static int answered(struct dest *d, uint64_t seq, int64_t tx)
 {
     int k = 0;
-    while (k < d->unanswered && d->out[k] <= tx)
+    while (k < d->unanswered && d->out[k].seq != seq)
         k++;
+    if (k == d->unanswered || d->out[k].tx != tx)
+        return 0;
+    k++;
     memmove(d->out, d->out + k, (d->unanswered - k) * sizeof *d->out);
     d->unanswered -= k;
+    return 1;
 }
 
 /* When destination ``d`` may be probed next: its period, later while IN_FLIGHT probes are
@@ -545,12 +558,15 @@ static int hold(struct npc *h, int i, int64_t until, int64_t now)
     return d->held;
 }
 
-static void on_echo(struct npc *h, int i, int64_t tx, int64_t prx, int64_t seen)
+static void on_echo(struct npc *h, int i, uint64_t seq, int64_t tx, int64_t prx, int64_t seen)
 {
     struct dest *d = &h->d[i];
+    if (!answered(d, seq, tx)) {
+        d->st.stale++;
+        return;
+    }
     int64_t now = now_vm(h);
     d->st.echoed++;
-    answered(d, tx);
     d->answered_at = now, d->has_answered = 1;
     if (!d->synced)
         return;
@@ -619,7 +635,8 @@ static void receive(struct npc *h)
             } else if (len == ECHO_LEN && p[4] == KIND_ECHO) {
                 int i = find(h, from[k].sin_addr.s_addr);
                 if (i >= 0)
-                    on_echo(h, i, (int64_t)get_be(p + 16, 8), (int64_t)get_be(p + 24, 8), rx);
+                    on_echo(h, i, get_be(p + 8, 8), (int64_t)get_be(p + 16, 8),
+                            (int64_t)get_be(p + 24, 8), rx);
             }
         }
         pthread_mutex_unlock(&h->mu);
@@ -649,13 +666,13 @@ static int64_t watch_echo(struct npc *h, int i, int64_t now)
     struct dest *d = &h->d[i];
     if (!h->pace || !d->synced || !d->unanswered || d->held)
         return INT64_MAX;
-    int64_t late = d->out[0] +
+    int64_t late = d->out[0].tx +
                    (int64_t)(h->gate->cfg.threshold_ns + h->gate->cfg.max_hold_ns) + 1;
     if (now < late)
         return late;
     double hold_ns;
     int64_t until;
-    int why = npc_gate_overdue(h->gate, i, d->out[0], now, d->answered_at,
+    int why = npc_gate_overdue(h->gate, i, d->out[0].tx, now, d->answered_at,
                                d->has_answered, 1, &hold_ns, &until);
     if (why == G_OPEN_AFTER)    /* late still, and gated again when the open spell ends */
         return h->gate->d[i].open_until;
