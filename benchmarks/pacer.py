@@ -7,7 +7,8 @@ default (``pace``: the OWD extrapolated to now, a hold lasting until a sample se
 it comes back below T, and a probe without echo for T + the longest hold holding too:
 agents/gate.py) and the same with the release spread (``spread``: a per-VM draw of up to the
 hold's largest excess later, so that held senders do not release together), side by side in
-one lab per (senders, queue). The senders start together
+one lab per (senders, queue); the coordinator runs in leaf2's last VM, in no flow. The
+senders start together
 (``session.incast``'s start barrier: the round is timed from the go, not from their Python
 start).
 
@@ -19,7 +20,9 @@ With ``--before REF`` a row ``pace@REF`` follows, the pacers of REF's tree in th
 change of it, side by side in one run.
 
 Printed per row: completion (s, all senders done), fabric and VM-link queue drops (the lab's tc
-counters: the truth), the pacers' own probes among them (``probes``: lost), TCP retransmitted
+counters: the truth) but those on the coordinator's link (``coord``: the agents' records, 0.4
+Mbit/s from each agent, overflow a 5 Mbit/s downlink at 16 VMs), the pacers' own probes among
+them (``probes``: lost), TCP retransmitted
 segments and RTOs (the pacers' sensing), the senders' OWD p99 toward the receiver (us), holds,
 the pacers' reaction delay (an echo's arrival to its hold applied, p99 of the slowest sender,
 us) and the part of it before the pacer's loop handled the echo (``wake``: waiting for a CPU),
@@ -75,7 +78,9 @@ def run_mode(lab, mesh, senders, rx, mode: str, spec: PacerSpec, rounds: int, nb
     for _, d in res:
         for k, v in d.items():
             where[k] = where.get(k, 0) + v
-    return {"completion_s": sum(t for t, _ in res) / rounds, "drops": sum(where.values()),
+    coord = {k: v for k, v in where.items() if mesh.coordinator.name in k.split("-")}
+    return {"completion_s": sum(t for t, _ in res) / rounds,
+            "drops": sum(where.values()) - sum(coord.values()), "coord": sum(coord.values()),
             "where": where,
             "retrans": sum(r.net.retrans_segs for r in reps),
             "rtos": sum(r.net.timeouts for r in reps),
@@ -121,6 +126,7 @@ def sweep(args, before: str | None) -> None:
     """Every (senders, queue) row group of the module doc."""
     setLogLevel("error")
     print(f"{'senders':>7s} {'queue':>5s} {'mode':>11s} {'compl s':>7s} {'drops':>6s} "
+          f"{'coord':>5s} "
           f"{'probes':>6s} {'retrans':>7s} {'RTOs':>4s} {'OWD p99 us':>10s} {'holds':>5s} "
           f"{'react us':>8s} {'wake us':>7s} {'CPU':>5s} "
           f"{'saturated':>9s} drops per link")
@@ -129,7 +135,11 @@ def sweep(args, before: str | None) -> None:
             topo = LeafSpine(spines=1, leaves=2, vms_per_leaf=max(n, 1), host_bw=args.rate,
                              fabric_bw=1000, host_queue=q)
             with Lab(topo, name="bench_pace") as lab, FidelitySampler() as fid:
-                mesh = AgentMesh(lab, AgentsSpec(enabled=True))
+                # the coordinator on leaf2's last VM, in no flow: the agents' records (about
+                # 0.4 Mbit/s from each of 15 agents at 8 senders) overflowed vm1's 5 Mbit/s
+                # downlink, the first sender's, when it ran there
+                mesh = AgentMesh(lab, AgentsSpec(enabled=True, coordinator=f"vm{2 * n}"
+                                                 if n > 1 else None))
                 mesh.start()
                 try:
                     time.sleep(8)  # clock sync converges
@@ -148,7 +158,8 @@ def sweep(args, before: str | None) -> None:
                                      args.bytes, args.cc, tree)
                         owd = f"{r['owd_p99_us']:10.0f}" if r["owd_p99_us"] else f"{'-':>10s}"
                         print(f"{n:7d} {q:5d} {label:>11s} {r['completion_s']:7.3f} "
-                              f"{r['drops']:6d} {r['probes_lost']:6d} {r['retrans']:7d} "
+                              f"{r['drops']:6d} {r['coord']:5d} {r['probes_lost']:6d} "
+                              f"{r['retrans']:7d} "
                               f"{r['rtos']:4d} {owd} "
                               f"{r['holds']:5d} {r['react_us']:8.0f} {r['wake_us']:7.0f} "
                               f"{r['cpu']:5.2f} "
