@@ -368,16 +368,18 @@ def balanced_rates(rng: random.Random, n: int, step: int = 5, top: int = 45) -> 
 # -- pacer ---------------------------------------------------------------------------------
 class PacerParams(_Strict):
     job: str = Field("incast", description="the scenario's incast job (its pacer: sense)")
-    min_cut: float = Field(0.1, ge=0, lt=1, description="fraction of the unpaced run's drops "
-                           "the paced run must save")
+    min_cut: float = Field(0.95, ge=0, le=1, description="fraction of the unpaced run's "
+                           "drops the paced run must save (1: it drops nothing)")
 
 
 class Pacer(Kind):
     """Tune the pacer under an incast. No hidden truth: the check runs the exercise's lab
     with the incast job twice, unpaced (the pacers only measuring) and paced with the
     student's ``pacer`` settings, and passes when the paced run drops at least ``min_cut``
-    fewer packets than the unpaced one in the same lab. The pacer does not reach zero drops
-    in this lab (README, Benchmarks), so the check does not ask for it."""
+    fewer packets than the unpaced one in the same lab (1: none at all). Not 1 by default: on
+    the built-in exercise's Gather (4 senders, 5 Mbit/s, 80-packet queues) the pacer's own
+    rules dropped nothing in 5 of 6 checks (21 of 457 once), On-Ramp's as published between
+    38 % fewer and 27 % more than unpaced (README: Exercises)."""
 
     Answer = PacerSpec
     Params = PacerParams
@@ -410,9 +412,10 @@ class Pacer(Kind):
                 return v
         base, paced = jobs["unpaced"]["fabric_drops"], jobs["paced"]["fabric_drops"]
         cut = 1 - paced / base if base else 0.0
+        need = ("none allowed" if p.min_cut == 1 else
+                f"{cut:+.0%} cut, at least {p.min_cut:.0%} needed")
         v.add(base > 0 and cut >= p.min_cut,
-              f"drops paced {paced} vs unpaced {base}: {cut:+.0%} cut (at least "
-              f"{p.min_cut:.0%} needed; zero drops is not reachable here)")
+              f"drops paced {paced} vs unpaced {base} ({need})")
         return v
 
 

@@ -24,6 +24,7 @@ from session.exercise_checks import (
     GroupsAnswer,
     LinkAnswer,
     Live,
+    PacerParams,
     balanced_rates,
 )
 from session.scenario import load
@@ -106,14 +107,29 @@ def pacer_record(unpaced: int | None, paced: int | None, error: str | None = Non
         {"name": "paced", "fabric_drops": paced, "error": error}]}}
 
 
-def test_pacer_cut_against_the_unpaced_run():
-    answer = KINDS["pacer"].Answer(threshold_us=300)
-    right = verdict("pacer", answer, pacer_record(1000, 600))
-    assert right.passed and "drops paced 600 vs unpaced 1000: +40% cut" in right.text()
-    assert not verdict("pacer", answer, pacer_record(1000, 950)).passed
+def test_pacer_drops_almost_nothing_against_the_unpaced_run():
+    answer = KINDS["pacer"].Answer(threshold_us=2000)
+    right = verdict("pacer", answer, pacer_record(457, 21))   # measured: the best settings
+    assert right.passed and "drops paced 21 vs unpaced 457 (+95% cut, at least 95% needed)" \
+        in right.text()
+    assert verdict("pacer", answer, pacer_record(750, 0)).passed
+    assert not verdict("pacer", answer, pacer_record(543, 337)).passed  # On-Ramp as published
     assert not verdict("pacer", answer, pacer_record(0, 0)).passed  # nothing to cut
     failed = verdict("pacer", answer, pacer_record(1000, None, "rank 1 timed out"))
     assert not failed.passed and "the paced run failed: rank 1 timed out" in failed.text()
+
+
+def test_pacer_cut_a_teacher_asks_for():
+    check = KINDS["pacer"].check
+    answer, none, tenth = (KINDS["pacer"].Answer(threshold_us=300), PacerParams(min_cut=1),
+                           PacerParams(min_cut=0.1))
+    assert check(answer, pacer_record(750, 0), none).passed
+    one = check(answer, pacer_record(750, 1), none)
+    assert not one.passed and "drops paced 1 vs unpaced 750 (none allowed)" in one.text()
+    right = check(answer, pacer_record(1000, 600), tenth)
+    assert right.passed and "drops paced 600 vs unpaced 1000 (+40% cut, at least 10% " \
+        "needed)" in right.text()
+    assert not check(answer, pacer_record(1000, 950), tenth).passed
 
 
 def test_pacer_check_scenario_runs_both_with_the_answer(tmp_path):
