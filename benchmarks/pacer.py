@@ -7,8 +7,8 @@ default (``pace``: the OWD extrapolated to now, a hold lasting until a sample se
 it comes back below T, and a probe without echo for T + the longest hold holding too:
 agents/gate.py) and the same with the release spread (``spread``: a per-VM draw of up to the
 hold's largest excess later, so that held senders do not release together), side by side in
-one lab per (senders, queue); the coordinator runs in leaf2's last VM, in no flow. The
-senders start together
+one lab per (senders, queue): the senders on leaf1, the receiver first on leaf2 and the
+coordinator last there, in no flow (leaves of at least 2 VMs). The senders start together
 (``session.incast``'s start barrier: the round is timed from the go, not from their Python
 start).
 
@@ -132,19 +132,19 @@ def sweep(args, before: str | None) -> None:
           f"{'saturated':>9s} drops per link")
     for n in (int(x) for x in args.senders.split(",")):
         for q in (int(x) for x in args.queues.split(",")):
-            topo = LeafSpine(spines=1, leaves=2, vms_per_leaf=max(n, 1), host_bw=args.rate,
+            per = max(n, 2)  # leaf2: the receiver first, the coordinator last
+            topo = LeafSpine(spines=1, leaves=2, vms_per_leaf=per, host_bw=args.rate,
                              fabric_bw=1000, host_queue=q)
             with Lab(topo, name="bench_pace") as lab, FidelitySampler() as fid:
                 # the coordinator on leaf2's last VM, in no flow: the agents' records (about
                 # 0.4 Mbit/s from each of 15 agents at 8 senders) overflowed vm1's 5 Mbit/s
                 # downlink, the first sender's, when it ran there
-                mesh = AgentMesh(lab, AgentsSpec(enabled=True, coordinator=f"vm{2 * n}"
-                                                 if n > 1 else None))
+                mesh = AgentMesh(lab, AgentsSpec(enabled=True, coordinator=f"vm{2 * per}"))
                 mesh.start()
                 try:
                     time.sleep(8)  # clock sync converges
                     senders = [lab[f"vm{i}"] for i in range(1, n + 1)]
-                    rx = lab[f"vm{n + 1}"]
+                    rx = lab[f"vm{per + 1}"]
                     spec = PacerSpec(threshold_us=args.threshold_us,
                                      max_hold_us=args.max_hold_us, probe_us=args.probe_us)
                     onramp = spec.model_copy(update={"predict": False, "fresh": False})

@@ -17,6 +17,7 @@ measured against the unpaced run in the same check).
 """
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Literal
@@ -411,11 +412,15 @@ class Pacer(Kind):
                                                f"failed: {j.get('error') or 'no result'}")):
                 return v
         base, paced = jobs["unpaced"]["fabric_drops"], jobs["paced"]["fabric_drops"]
-        cut = 1 - paced / base if base else 0.0
+        if not base:
+            v.add(False, f"drops paced {paced} vs unpaced 0: the unpaced run dropped nothing, "
+                         "so there was no incast to cut (run the check again)")
+            return v
+        cut = 1 - paced / base
         need = ("none allowed" if p.min_cut == 1 else
-                f"{cut:+.0%} cut, at least {p.min_cut:.0%} needed")
-        v.add(base > 0 and cut >= p.min_cut,
-              f"drops paced {paced} vs unpaced {base} ({need})")
+                f"{math.floor(round(cut * 1000, 6)) / 10:.1f}% cut, "
+                f"at least {p.min_cut:.0%} needed")
+        v.add(cut >= p.min_cut, f"drops paced {paced} vs unpaced {base} ({need})")
         return v
 
 

@@ -110,11 +110,14 @@ def pacer_record(unpaced: int | None, paced: int | None, error: str | None = Non
 def test_pacer_drops_almost_nothing_against_the_unpaced_run():
     answer = KINDS["pacer"].Answer(threshold_us=2000)
     right = verdict("pacer", answer, pacer_record(457, 21))   # measured: the best settings
-    assert right.passed and "drops paced 21 vs unpaced 457 (+95% cut, at least 95% needed)" \
+    assert right.passed and "drops paced 21 vs unpaced 457 (95.4% cut, at least 95% needed)" \
         in right.text()
+    short = verdict("pacer", answer, pacer_record(1000, 51))  # 94.9 %: not rounded up to 95
+    assert not short.passed and "(94.9% cut, at least 95% needed)" in short.text()
     assert verdict("pacer", answer, pacer_record(750, 0)).passed
     assert not verdict("pacer", answer, pacer_record(543, 337)).passed  # On-Ramp as published
-    assert not verdict("pacer", answer, pacer_record(0, 0)).passed  # nothing to cut
+    nothing = verdict("pacer", answer, pacer_record(0, 0))
+    assert not nothing.passed and "no incast to cut" in nothing.text()
     failed = verdict("pacer", answer, pacer_record(1000, None, "rank 1 timed out"))
     assert not failed.passed and "the paced run failed: rank 1 timed out" in failed.text()
 
@@ -127,7 +130,7 @@ def test_pacer_cut_a_teacher_asks_for():
     one = check(answer, pacer_record(750, 1), none)
     assert not one.passed and "drops paced 1 vs unpaced 750 (none allowed)" in one.text()
     right = check(answer, pacer_record(1000, 600), tenth)
-    assert right.passed and "drops paced 600 vs unpaced 1000 (+40% cut, at least 10% " \
+    assert right.passed and "drops paced 600 vs unpaced 1000 (40.0% cut, at least 10% " \
         "needed)" in right.text()
     assert not check(answer, pacer_record(1000, 950), tenth).passed
 
