@@ -29,9 +29,17 @@
  * tx_ns i64 (24 bytes); echo = the same with kind 2 plus rx_ns i64 (32 bytes), rx the probe's
  * arrival at the destination on its VM clock.
  *
- * Stamps and clock: CLOCK_REALTIME as this process sees it (in a lab VM the vmclock preload
- * wraps clock_gettime and recvmmsg: the VM clock); ``conv`` (NULL: identity) maps it to the
- * VM clock otherwise, as in probeio.c. Sources: Liu et al., NSDI 2021 (On-Ramp); rtnetlink(7),
+ * Stamps and clock: the wire stamps (tx, rx) and so every OWD are on the VM clock,
+ * CLOCK_REALTIME as this process sees it (in a lab VM the vmclock preload wraps clock_gettime
+ * and recvmmsg: the VM clock); ``conv`` (NULL: identity) maps it to the VM clock otherwise, as
+ * in probeio.c. Everything scheduled (the probe period, holds and their release, the SYN
+ * window, the overdue rule's "no echo for T + the longest hold", the poll's timeout) and the
+ * gate's times are on CLOCK_MONOTONIC, read directly (``mono``; each probe keeps its send
+ * time on it beside its VM stamp): the VM clock steps (the lab's clock_step fault, chrony
+ * stepping a guest), and on it a step back by S stalled probing and the overdue rule and
+ * stretched a hold by S, a step forward ended holds early. The preload wraps CLOCK_MONOTONIC
+ * too, as the VM's monotonic clock: its offset less every step (vmclock.c, seg_offset), so
+ * it never steps either. Sources: Liu et al., NSDI 2021 (On-Ramp); rtnetlink(7),
  * tc-tbf(8); Documentation/networking/timestamping.rst.
  */
 #define _GNU_SOURCE
@@ -148,7 +156,8 @@ static double predicted(const struct npc_gate *g, struct gdest *d, double owd, i
     return owd + slope * (double)(now - sent);
 }
 
-/* Gate.decide for destination ``i``: the reason; *hold_ns > 0 holds until *until_ns. */
+/* Gate.decide for destination ``i``: the reason; *hold_ns > 0 holds until *until_ns (``sent``
+ * and ``now`` on one clock: the engine's CLOCK_MONOTONIC). */
 int npc_gate_decide(struct npc_gate *g, int i, double owd, int64_t sent, int64_t now,
                     int synced, double *hold_ns, int64_t *until_ns)
 {
@@ -265,12 +274,12 @@ struct dest {
     uint32_t ip;            /* network order */
     int active, synced, held;
     double off_ns, drift_ppm;
-    int64_t next_probe, release_at, probed_at, syn_at;
+    int64_t next_probe, release_at, probed_at, syn_at;    /* CLOCK_MONOTONIC */
     struct probe {
         uint64_t seq;
-        int64_t tx;
+        int64_t tx, sent;   /* its stamp (VM clock) and its send (CLOCK_MONOTONIC) */
     } out[OUTSTANDING];     /* unanswered probes, oldest (smallest seq) first */
-    int64_t answered_at;    /* the last echo */
+    int64_t answered_at;    /* the last echo (CLOCK_MONOTONIC) */
     int unanswered;         /* how many: sent after the newest probe echoed (a path is FIFO:
                              * an echo answers for every probe sent before its own) */
     int has_answered;
@@ -297,15 +306,16 @@ struct npc {
     volatile int stop;
 };
 
-static int64_t realtime(void)
+static int64_t clock_ns(clockid_t id)
 {
     struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
+    clock_gettime(id, &t);
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
 static int64_t to_vm(const struct npc *h, int64_t ns) { return h->conv ? h->conv(ns) : ns; }
-static int64_t now_vm(const struct npc *h) { return to_vm(h, realtime()); }
+static int64_t now_vm(const struct npc *h) { return to_vm(h, clock_ns(CLOCK_REALTIME)); }
+static int64_t mono(void) { return clock_ns(CLOCK_MONOTONIC); }  /* scheduling (header) */
 
 static void put_be(unsigned char *p, uint64_t v, int n)
 {
@@ -454,7 +464,7 @@ static void send_probe(struct npc *h, int i, int64_t now)
 {
     struct dest *d = &h->d[i];
     unsigned char b[PROBE_LEN] = "NSPC";
-    int64_t tx = now_vm(h);
+    int64_t tx = now_vm(h), sent = mono();
     b[4] = KIND_PROBE;
     put_be(b + 8, ++h->seq, 8);
     put_be(b + 16, (uint64_t)tx, 8);
@@ -471,21 +481,22 @@ static void send_probe(struct npc *h, int i, int64_t now)
         memmove(d->out, d->out + 1, (OUTSTANDING - 1) * sizeof *d->out);
         d->unanswered--;
     }
-    d->out[d->unanswered++] = (struct probe){h->seq, tx};
+    d->out[d->unanswered++] = (struct probe){h->seq, tx, sent};
 }
 
-/* The echo of probe ``seq`` sent at ``tx`` answers for it and every probe sent before it; 0
+/* The echo of probe ``seq`` stamped ``tx`` answers for it and every probe sent before it; 0
  * when it is no unanswered probe's (a duplicate, a late echo of a probe taken as lost, or an
  * echo of a previous pacer on this port: another seq or stamp). By seq, not by stamp: after
- * the VM clock steps back, a new probe is stamped before the older ones still unanswered. */
-static int answered(struct dest *d, uint64_t seq, int64_t tx)
+ * the VM clock steps back, a new probe is stamped before the older ones still unanswered.
+ * *sent: the probe's send (CLOCK_MONOTONIC). */
+static int answered(struct dest *d, uint64_t seq, int64_t tx, int64_t *sent)
 {
     int k = 0;
     while (k < d->unanswered && d->out[k].seq != seq)
         k++;
     if (k == d->unanswered || d->out[k].tx != tx)
         return 0;
-    k++;
+    *sent = d->out[k++].sent;
     memmove(d->out, d->out + k, (d->unanswered - k) * sizeof *d->out);
     d->unanswered -= k;
     return 1;
@@ -528,7 +539,7 @@ static void on_syns(struct npc *h)
         pthread_mutex_lock(&h->mu);
         int i = find(h, dst);
         if (i >= 0) {
-            int64_t now = now_vm(h);
+            int64_t now = mono();
             h->d[i].syn_at = now, h->d[i].next_probe = now;
         }
         pthread_mutex_unlock(&h->mu);
@@ -561,25 +572,26 @@ static int hold(struct npc *h, int i, int64_t until, int64_t now)
 static void on_echo(struct npc *h, int i, uint64_t seq, int64_t tx, int64_t prx, int64_t seen)
 {
     struct dest *d = &h->d[i];
-    if (!answered(d, seq, tx)) {
+    int64_t sent;
+    if (!answered(d, seq, tx, &sent)) {
         d->st.stale++;
         return;
     }
-    int64_t now = now_vm(h);
+    int64_t now = mono();
     d->st.echoed++;
     d->answered_at = now, d->has_answered = 1;
     if (!d->synced)
         return;
     double owd = (double)(prx - tx) - theta(h, d->off_ns, d->drift_ppm, prx)
                  + theta(h, h->me_off, h->me_drift, tx);
-    struct npc_rec r = {.dst = i, .owd_ns = owd, .tx_ns = tx, .wake_ns = now - seen};
+    struct npc_rec r = {.dst = i, .owd_ns = owd, .tx_ns = tx, .wake_ns = now_vm(h) - seen};
     d->st.samples++;
     if (owd > h->gate->cfg.threshold_ns)
         d->st.above++;
     if (h->pace) {
         double hold_ns;
         int64_t until;
-        int why = npc_gate_decide(h->gate, i, owd, tx, now, 1, &hold_ns, &until);
+        int why = npc_gate_decide(h->gate, i, owd, sent, now, 1, &hold_ns, &until);
         if (why == G_FRESH && d->held)
             d->release_at = until;
         if (hold_ns > 0 && hold(h, i, until, now)) {
@@ -660,19 +672,20 @@ static void drain_netlink(struct npc *h)
 }
 
 /* Destination ``i``'s oldest unanswered probe, when it is late (npc_gate_overdue): a hold.
- * When to look again (ns, VM clock; INT64_MAX: nothing to watch until an echo or a probe). */
+ * When to look again (ns, CLOCK_MONOTONIC; INT64_MAX: nothing to watch until an echo or a
+ * probe). */
 static int64_t watch_echo(struct npc *h, int i, int64_t now)
 {
     struct dest *d = &h->d[i];
     if (!h->pace || !d->synced || !d->unanswered || d->held)
         return INT64_MAX;
-    int64_t late = d->out[0].tx +
+    int64_t late = d->out[0].sent +
                    (int64_t)(h->gate->cfg.threshold_ns + h->gate->cfg.max_hold_ns) + 1;
     if (now < late)
         return late;
     double hold_ns;
     int64_t until;
-    int why = npc_gate_overdue(h->gate, i, d->out[0].tx, now, d->answered_at,
+    int why = npc_gate_overdue(h->gate, i, d->out[0].sent, now, d->answered_at,
                                d->has_answered, 1, &hold_ns, &until);
     if (why == G_OPEN_AFTER)    /* late still, and gated again when the open spell ends */
         return h->gate->d[i].open_until;
@@ -681,10 +694,11 @@ static int64_t watch_echo(struct npc *h, int i, int64_t now)
     return INT64_MAX;
 }
 
-/* Releases due, late echoes, probes due; the next time something is due (ns, VM clock). */
+/* Releases due, late echoes, probes due; the next time something is due (ns,
+ * CLOCK_MONOTONIC). */
 static int64_t step(struct npc *h)
 {
-    int64_t now = now_vm(h), next = now + IDLE_NS;
+    int64_t now = mono(), next = now + IDLE_NS;
     pthread_mutex_lock(&h->mu);
     for (int i = 0; i < h->n; i++) {
         struct dest *d = &h->d[i];
@@ -721,7 +735,7 @@ static void *run(void *arg)
     struct pollfd p[3] = {{.fd = h->fd, .events = POLLIN}, {.fd = h->nl, .events = POLLIN},
                           {.fd = h->pk, .events = POLLIN}};   /* pk -1: ignored */
     while (!h->stop) {
-        int64_t wait = step(h) - now_vm(h);
+        int64_t wait = step(h) - mono();
         if (wait < 0)
             wait = 0;
         struct timespec ts = {wait / 1000000000, wait % 1000000000};

@@ -2,7 +2,11 @@
 to its probes, against a scripted peer on loopback: the engine probes 127.0.0.2, where the test
 reads the probes and sends the echoes it chooses (none, a duplicate, a previous pacer's), on a
 VM clock the test can step back (the engine's ``convert``, as the lab's ``clock_step`` fault).
-No lab, no privileges: a hold's switch messages are netlink no-ops (the kernel skips them)."""
+No lab, no privileges: a hold's switch messages are netlink no-ops (the kernel skips them).
+
+A step of the VM clock moves the probes' stamps and nothing the engine schedules (pacer.c's
+header): a probe sent at once by a hold's start or end says when that happened, its stamp less
+the step the true elapsed time."""
 import socket
 import struct
 import time
@@ -50,14 +54,14 @@ def loop():
     offsets) on the clock ``shift[0]`` ns off the system's; (engine, peer, shift)."""
     made = []
 
-    def start(pace: bool, probe_s: float):
+    def start(pace: bool, probe_s: float, gate: GateConfig = GATE):
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         made.append(sock)
         sock.bind(("127.0.0.1", 0))
         port, shift = sock.getsockname()[1], [0]
         peer = Peer(port)
         made.append(peer.sock)
-        eng = Engine(sock, port, [PEER], pace, GATE, probe_s, lambda ns: ns + shift[0])
+        eng = Engine(sock, port, [PEER], pace, gate, probe_s, lambda ns: ns + shift[0])
         made.insert(0, eng)
         eng.set_switch(0, NOOP, NOOP)
         eng.set_dest(0, True, True, 0.0, 0.0, 0)
@@ -112,3 +116,52 @@ def test_only_an_echo_of_an_unanswered_probe_answers_it(loop):
         time.sleep(0.01)
     assert (st.sent, st.echoed, st.samples, st.stale) == (1, 1, 1, 3)
     assert eng.drain()["tx_ns"].tolist() == [tx]
+
+
+def test_probing_keeps_its_period_after_the_clock_steps_back(loop):
+    """After the VM clock steps back 10 s, a destination is still probed every 20 ms: about 50
+    probes, each answered, within a second (the period is not timed on the VM clock, which
+    would put the next probe 10 s off)."""
+    eng, peer, shift = loop(pace=False, probe_s=0.02)
+    peer.echo(*peer.probe())
+    shift[0] = -10 * S
+    stamps, end = [], time.monotonic() + 1.0
+    try:
+        while time.monotonic() < end:
+            seq, tx = peer.probe(max(end - time.monotonic(), 1e-3))
+            peer.echo(seq, tx)
+            stamps.append(tx)
+    except TimeoutError:
+        pass
+    assert 40 <= len(stamps) <= 51, stamps
+    assert max(stamps) < min(stamps) + S    # all on the stepped clock, one second apart
+
+
+@pytest.mark.parametrize("step", [-10 * S, 10 * S])
+def test_a_hold_across_a_clock_step_ends_at_its_bound(loop, step):
+    """A hold (an echo 10 ms above T, no fresh sample after) ends at max_continuous_ns, 200 ms,
+    although the VM clock stepped 10 s back (or forward) during it: its probe at the start and
+    the one that wakes the released queue are 200 ms apart, less the step, on the VM clock."""
+    gate = GateConfig(max_age_ns=S, max_continuous_ns=200 * MS)
+    eng, peer, shift = loop(pace=True, probe_s=5.0, gate=gate)
+    peer.echo(*peer.probe(), owd_ns=10 * MS)
+    _, held = peer.probe()                  # the hold's own probe, sent as it starts
+    shift[0] = step
+    _, released = peer.probe()              # the released queue's wake-up probe
+    took = released - held - step
+    assert 200 * MS - MS <= took <= 200 * MS + 250 * MS, took / MS
+    assert eng.stats(0)[0].switches >= 2    # held, then opened (and maybe held again since)
+
+
+def test_the_overdue_hold_comes_on_time_after_the_clock_steps_back(loop):
+    """A probe sent before the VM clock steps back 10 s and never answered holds its destination
+    T + the longest hold (50.5 ms) after it was sent (the hold's probe then), not 10 s later."""
+    gate = GateConfig(max_hold_ns=50 * MS, max_age_ns=S)
+    eng, peer, shift = loop(pace=True, probe_s=0.3, gate=gate)
+    peer.echo(*peer.probe())                # answered: the destination is not silent
+    _, sent = peer.probe()                  # never answered
+    shift[0] = -10 * S
+    _, held = peer.probe()                  # the overdue hold's probe (the period's: 300 ms)
+    took = held - sent + 10 * S
+    assert gate.late_ns <= took <= gate.late_ns + 200 * MS, took / MS
+    assert eng.stats(0)[0].overdue == 1
