@@ -84,7 +84,7 @@ def test_a_clock_stepped_back_leaves_probing_and_the_overdue_hold_as_they_were(l
     a, b = peer.probe(), peer.probe()       # both unanswered: probing waits (IN_FLIGHT)
     shift[0] = -10 * S                      # the VM clock steps back 10 s
     peer.echo(*a, owd_ns=10 * MS)           # above T: a hold, with a probe sent in it at once
-    answered, end = [], time.monotonic() + 0.5
+    answered, end = [], time.monotonic() + 1.0
     try:
         while time.monotonic() < end:       # every probe answered below T
             answered.append(peer.probe(max(end - time.monotonic(), 1e-3)))
@@ -92,7 +92,7 @@ def test_a_clock_stepped_back_leaves_probing_and_the_overdue_hold_as_they_were(l
     except TimeoutError:
         pass
     assert answered[0][1] < b[1] - 9 * S    # the hold's probe, stamped before b
-    assert len(answered) >= 10, answered    # one per 20 ms
+    assert len(answered) >= 20, answered    # one per 20 ms: 50 in 1 s
     overdue = eng.stats(0)[0].overdue
     peer.probe()                            # unanswered: a hold 5.5 ms after it was sent
     end = time.monotonic() + 1.0
