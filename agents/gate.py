@@ -181,7 +181,7 @@ class Gate:
     def decide(self, dest: str, owd_ns: float, sent_ns: int, now_ns: int,
                synced: bool = True) -> Decision:
         """One OWD sample toward ``dest`` taken by a probe sent at ``sent_ns``, its echo seen
-        at ``now_ns`` (ns, the sender's clock).
+        at ``now_ns`` (ns, one steady clock of the sender: pacer.c passes CLOCK_MONOTONIC).
 
         Returns:
             The decision; a hold is recorded in the destination's state (``held``, ``stats``).
@@ -225,7 +225,7 @@ class Gate:
     def overdue(self, dest: str, sent_ns: int, now_ns: int, answered_ns: int | None,
                 synced: bool = True) -> Decision:
         """A probe toward ``dest`` sent at ``sent_ns`` has no echo by ``now_ns``; ``dest``'s last
-        echo came at ``answered_ns`` (None: never; ns, the sender's clock). With ``fresh``,
+        echo came at ``answered_ns`` (None: never; ns, the clock of ``decide``). With ``fresh``,
         once the probe is ``late_ns`` old and ``dest`` answered within ``max_age_ns``, a
         hold starts that lasts until a sample sent in it is at or below ``T`` (module doc).
 

@@ -249,7 +249,7 @@ def read_answer(ex: Exercise, path: str | Path) -> BaseModel:
 def check(ex: Exercise, answer_path: str | Path, directory: str | Path = DEFAULT_DIR,
           lab_name: str | None = None, progress=None) -> Verdict:
     """Check the answer file against the record of ``start``; for a kind that measures
-    (``pacer``) run its check's lab first (root).
+    (``pacer``) run its check's lab first (root), whose fidelity the verdict then carries.
 
     Raises:
         ScenarioError: the answer does not fit the format (nothing checked).
@@ -265,4 +265,7 @@ def check(ex: Exercise, answer_path: str | Path, directory: str | Path = DEFAULT
         sc, topo = load(str(path))
         record["check_results"] = Session(sc, topo, str(path), lab_name,
                                           progress=progress).run()
-    return ex.kind.check(answer, record, params)
+    verdict = ex.kind.check(answer, record, params)
+    if data is not None:
+        verdict.fidelity = record["check_results"]["lab"]["fidelity"]
+    return verdict

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.owd import natural_key
 from session.daemons import PacerSpec
+from session.results import Fidelity, fidelity_line
 from session.scoring import truth_groups
 
 
@@ -37,9 +38,12 @@ class _Strict(BaseModel):
 @dataclass
 class Verdict:
     """What was right and what was not: ``items`` of (right, what), in order; ``passed`` when
-    there is at least one item and every one is right."""
+    there is at least one item and every one is right. ``fidelity``: the fidelity section of
+    the check's own lab (kinds that run one: ``pacer``; ``session.results.Fidelity`` as a
+    dict), None otherwise."""
 
     items: list[tuple[bool, str]] = field(default_factory=list)
+    fidelity: dict | None = None
 
     def add(self, right: bool, what: str) -> bool:
         self.items.append((right, what))
@@ -55,6 +59,9 @@ class Verdict:
         n = sum(ok for ok, _ in self.items)
         lines.append(f"{'PASSED' if self.passed else 'NOT YET'}: {n} of {len(self.items)} "
                      "right")
+        if self.fidelity is not None:
+            lines.append("the check's lab " + fidelity_line(Fidelity.model_validate(
+                self.fidelity)))
         return "\n".join(lines)
 
 
@@ -419,7 +426,7 @@ class Pacer(Kind):
         cut = 1 - paced / base
         need = ("none allowed" if p.min_cut == 1 else
                 f"{math.floor(round(cut * 1000, 6)) / 10:.1f}% cut, "
-                f"at least {p.min_cut:.0%} needed")
+                f"at least {math.ceil(round(p.min_cut * 1000, 6)) / 10:.1f}% needed")
         v.add(cut >= p.min_cut, f"drops paced {paced} vs unpaced {base} ({need})")
         return v
 

@@ -255,7 +255,8 @@ struct npc_rec {            /* one OWD sample (agents/pacerio.py: RECORD) */
     double owd_ns;
     int64_t tx_ns;
     int64_t wake_ns;        /* the echo's kernel arrival -> this thread handling it */
-    int64_t react_ns;       /* the echo's kernel arrival -> hold applied (held only) */
+    int64_t react_ns;       /* the echo's kernel arrival -> hold applied (held only); both on
+                               the VM clock: a clock step in between adds to that sample */
 };
 
 struct npc_dstats {         /* per destination, since the start */

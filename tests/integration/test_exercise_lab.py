@@ -56,21 +56,16 @@ def test_pacer_start_then_check(tmp_path):
     """``pacer`` started and checked, each check a lab of its own running the Gather unpaced
     and paced: the answer it starts from (On-Ramp's rule as published) fails, the pacer's own
     rules pass: nothing dropped on any link (measured: 0 in 10 of 10 checks against 357-536
-    unpaced, README: Exercises), judged unless the machine was saturated while it ran."""
-    from lab.fidelity import FidelitySampler
-
+    unpaced, README: Exercises), judged unless the check's lab ran saturated."""
     ex = exercise.load_exercise("pacer")
     record = exercise.start(ex, 1, tmp_path, lab_name="exc_pacer")
     assert record["observations"]["jobs"]["incast"]["fabric_drops"] > 0, record["observations"]
     template, answer = tmp_path / "template.yaml", tmp_path / "answer.yaml"
     template.write_text(ex.answer)
     wrong = exercise.check(ex, template, tmp_path, lab_name="exc_pacer")
-    assert not wrong.passed and "wrong: drops paced" in wrong.text(), wrong.text()
+    assert not wrong.passed and "(none allowed)" in wrong.text(), wrong.text()
     answer.write_text("threshold_us: 2000\nmax_hold_us: 20000\nprobe_us: 2000\n")
-    with FidelitySampler() as fid:
-        right = exercise.check(ex, answer, tmp_path, lab_name="exc_pacer")
-    fid = fid.summary()
-    if fid["saturated"] and not right.passed:
-        pytest.skip(f"the machine was saturated in the check (all cores >= 90 % busy in "
-                    f"{fid['saturated_share']:.0%} of it): {right.text()}")
+    right = exercise.check(ex, answer, tmp_path, lab_name="exc_pacer")
+    if right.fidelity["saturated"] and not right.passed:
+        pytest.skip(f"the check's lab ran saturated: {right.text()}")
     assert right.passed and "drops paced 0 vs unpaced" in right.text(), right.text()

@@ -120,17 +120,28 @@ def test_pacer_drops_nothing_against_the_unpaced_run():
     assert not failed.passed and "the paced run failed: rank 1 timed out" in failed.text()
 
 
+def test_a_verdict_says_its_check_labs_fidelity():
+    frac = {"p50": 0.4, "max": 0.9}
+    verdict = KINDS["pacer"].check(KINDS["pacer"].Answer(), pacer_record(494, 0), params("pacer"))
+    assert "fidelity" not in verdict.text()
+    verdict.fidelity = {"samples": 40, "interval_s": 0.5, "cpu_busy": frac,
+                        "busiest_core": frac, "softirq": frac, "saturated_share": 0.0,
+                        "saturated": False}
+    assert verdict.text().endswith("PASSED: 3 of 3 right\nthe check's lab fidelity: ok - CPU "
+                                   "busy p50 40% max 90%, softirq max 90%")
+
+
 def test_pacer_cut_a_teacher_asks_for():
     check = KINDS["pacer"].check
     answer, most, tenth = (KINDS["pacer"].Answer(threshold_us=300), PacerParams(min_cut=0.95),
                            PacerParams(min_cut=0.1))
     right = check(answer, pacer_record(457, 21), most)
-    assert right.passed and "drops paced 21 vs unpaced 457 (95.4% cut, at least 95% needed)" \
+    assert right.passed and "drops paced 21 vs unpaced 457 (95.4% cut, at least 95.0% needed)" \
         in right.text()
     short = check(answer, pacer_record(1000, 51), most)  # 94.9 %: not rounded up to 95
-    assert not short.passed and "(94.9% cut, at least 95% needed)" in short.text()
+    assert not short.passed and "(94.9% cut, at least 95.0% needed)" in short.text()
     right = check(answer, pacer_record(1000, 600), tenth)
-    assert right.passed and "drops paced 600 vs unpaced 1000 (40.0% cut, at least 10% " \
+    assert right.passed and "drops paced 600 vs unpaced 1000 (40.0% cut, at least 10.0% " \
         "needed)" in right.text()
     assert not check(answer, pacer_record(1000, 950), tenth).passed
 
@@ -144,6 +155,10 @@ def test_pacer_check_scenario_runs_both_with_the_answer(tmp_path):
     assert [(j.name, j.pacer) for j in sc.jobs] == [("unpaced", "sense"), ("paced", "pace")]
     assert sc.jobs[0].placement == sc.jobs[1].placement == ["vm5", "vm1", "vm2", "vm3", "vm4"]
     assert (sc.pacer.threshold_us, sc.pacer.max_hold_us) == (250, 3000)
+    # the lab where the pacer's rules drop nothing (README: Exercises): none allowed, the
+    # Gather after 0.3 s of compute (its windows restart), 50-packet queues
+    assert ex.parsed_params.min_cut == 1
+    assert sc.jobs[0].gpu_s == sc.jobs[1].gpu_s == 0.3 and sc.topology.host_queue == 50
 
 
 # -- what the seed hides, what the student sees ---------------------------------------------
