@@ -394,6 +394,7 @@ class Pacer(Kind):
 
     def observe(self, doc, agents, live, truth):
         return {"jobs": {j["name"]: {"fabric_drops": j.get("fabric_drops"),
+                                     "drops_by_link": j.get("drops_by_link"),
                                      "completion_s": j.get("completion_s"),
                                      "retransmits": (j.get("edge") or {}).get("retransmits"),
                                      "rtos": (j.get("edge") or {}).get("rtos"),
@@ -427,7 +428,10 @@ class Pacer(Kind):
         need = ("none allowed" if p.min_cut == 1 else
                 f"{math.floor(round(cut * 1000, 6)) / 10:.1f}% cut, "
                 f"at least {math.ceil(round(p.min_cut * 1000, 6)) / 10:.1f}% needed")
-        v.add(cut >= p.min_cut, f"drops paced {paced} vs unpaced {base} ({need})")
+        where = ", ".join(f"{k} {n}" for k, n in sorted(
+            (jobs["paced"].get("drops_by_link") or {}).items(), key=lambda kv: -kv[1]))
+        v.add(cut >= p.min_cut, f"drops paced {paced}{f' ({where})' if where else ''} vs "
+                                f"unpaced {base} ({need})")
         return v
 
 

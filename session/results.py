@@ -450,6 +450,9 @@ class JobEntry(_Model):
     fabric_drops: int | None = Field(None, description="the lab's queue drops on every link "
                                      "(both ends) while the job ran, packets: the truth, "
                                      "whoever's packets (null when it never started)")
+    drops_by_link: dict[str, int] | None = Field(
+        None, description="fabric_drops per link ('a-b', both ends), links without drops left "
+        "out (null when it never started)")
 
 
 class PlacementComparison(_Model):

@@ -36,7 +36,7 @@ from lab.fidelity import FidelitySampler
 from lab.lab import Lab
 from lab.observe import LinkState, VmState, link_states, vm_states
 from lab.queues import QueueReader
-from session import cassini, jobs, lb, results, scoring, two_step
+from session import cassini, incast, jobs, lb, results, scoring, two_step
 from session.chrony import ChronyMesh
 from session.daemons import AgentMesh
 from session.edge import job_edge
@@ -381,7 +381,8 @@ class Session:
     def _jobs(self) -> None:
         """The scenario's jobs one after another (but those of ``cassini`` sets and
         ``two_step``), each with its pacers (``session.edge``); one ``jobs`` entry each
-        (errors included), with the lab's queue drops during the job (``fabric_drops``)."""
+        (errors included), with the lab's queue drops during the job (``fabric_drops``, and
+        per link ``drops_by_link``)."""
         own_turn = self.sc.own_turn_jobs()
         for spec in self.sc.jobs:
             if self._halt.is_set():
@@ -392,10 +393,13 @@ class Session:
             try:
                 vms = self.choose(spec)
                 self.progress(f"job {spec.name}: {spec.collective} on {' '.join(vms)}")
-                before = self.call(two_step.drops, self.lab)
+                before = self.call(incast.drops, self.lab)
                 with job_edge(self.lab, self.mesh, vms, spec.pacer, self.sc.pacer) as sensed:
                     entry = jobs.run(self.lab, spec.name, spec.config(), vms)
-                entry["fabric_drops"] = self.call(two_step.drops, self.lab) - before
+                after = self.call(incast.drops, self.lab)
+                entry["drops_by_link"] = {k: n - before.get(k, 0) for k, n in after.items()
+                                          if n > before.get(k, 0)}
+                entry["fabric_drops"] = sum(entry["drops_by_link"].values())
             except LabError as e:
                 self.job_entries[spec.name] = {"name": spec.name, "collective": spec.collective,
                                                "error": str(e), "verified": False,

@@ -113,6 +113,10 @@ def test_pacer_drops_nothing_against_the_unpaced_run():
     assert right.passed and "drops paced 0 vs unpaced 494 (none allowed)" in right.text()
     one = verdict("pacer", answer, pacer_record(457, 21))
     assert not one.passed and "drops paced 21 vs unpaced 457 (none allowed)" in one.text()
+    rec = pacer_record(395, 3)
+    rec["check_results"]["jobs"][1]["drops_by_link"] = {"leaf1-vm5": 1, "leaf1-vm1": 2}
+    assert "drops paced 3 (leaf1-vm1 2, leaf1-vm5 1) vs unpaced 395 (none allowed)" in \
+        verdict("pacer", answer, rec).text()
     assert not verdict("pacer", answer, pacer_record(504, 494)).passed  # On-Ramp as published
     nothing = verdict("pacer", answer, pacer_record(0, 0))
     assert not nothing.passed and "no incast to cut" in nothing.text()
@@ -241,8 +245,8 @@ def test_observations():
     assert seen["uplink_bytes"] == {"leaf1->spine1": 7000, "leaf1->spine2": 3000}
     failed = {"jobs": [{"name": "incast", "error": "rank 2 timed out", "completion_s": None}]}
     assert KINDS["pacer"].observe(failed, None, Live(), {})["jobs"]["incast"] == {
-        "fabric_drops": None, "completion_s": None, "retransmits": None, "rtos": None,
-        "error": "rank 2 timed out"}
+        "fabric_drops": None, "drops_by_link": None, "completion_s": None, "retransmits": None,
+        "rtos": None, "error": "rank 2 timed out"}
 
 
 def test_start_waits_until_every_vm_is_in_a_settled_window():
