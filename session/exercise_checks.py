@@ -378,16 +378,24 @@ class PacerParams(_Strict):
     job: str = Field("incast", description="the scenario's incast job (its pacer: sense)")
     min_cut: float = Field(1.0, ge=0, le=1, description="fraction of the unpaced run's "
                            "drops the paced run must save (1: it drops nothing)")
+    paced_runs: int = Field(2, ge=1, le=5, description="paced runs of the job in the check; "
+                            "the best is judged (a pacer drop-free in most runs, not all)")
+
+
+def paced_names(p: PacerParams) -> list[str]:
+    """The check's paced jobs: ``paced``, ``paced_2``, ... (``p.paced_runs`` of them)."""
+    return ["paced"] + [f"paced_{i}" for i in range(2, p.paced_runs + 1)]
 
 
 class Pacer(Kind):
     """Tune the pacer under an incast. No hidden truth: the check runs the exercise's lab
-    with the incast job twice, unpaced (the pacers only measuring) and paced with the
-    student's ``pacer`` settings, and passes when the paced run drops at least ``min_cut``
-    fewer packets than the unpaced one in the same lab (1, the default: none at all). On the
-    built-in exercise's Gather (4 senders, 5 Mbit/s, 50-packet queues, 0.3 s of accelerator
-    compute before each Gather) the pacer's own rules dropped nothing in every check measured,
-    On-Ramp's as published about as much as unpaced (README: Exercises)."""
+    with the incast job unpaced (the pacers only measuring) and then ``paced_runs`` times
+    paced with the student's ``pacer`` settings, and passes when the best paced run drops at
+    least ``min_cut`` fewer packets than the unpaced one in the same lab (1, the default: none
+    at all). Best of two by default: on the built-in exercise's Gather (4 senders, 5 Mbit/s,
+    50-packet queues, 0.3 s of accelerator compute before each Gather) the pacer's own rules
+    dropped nothing in 15 of 17 single paced runs (3 and 16 packets the other two), On-Ramp's
+    as published about as much as unpaced every time (README: Exercises)."""
 
     Answer = PacerSpec
     Params = PacerParams
@@ -404,22 +412,23 @@ class Pacer(Kind):
     def check_scenario(self, answer, record, p):
         sc = dict(record["scenario"])
         job = next(j for j in sc["jobs"] if j["name"] == p.job)
-        sc["jobs"] = [{**job, "name": "unpaced", "pacer": "sense"},
-                      {**job, "name": "paced", "pacer": "pace"}]
+        sc["jobs"] = [{**job, "name": "unpaced", "pacer": "sense"}] + [
+            {**job, "name": name, "pacer": "pace"} for name in paced_names(p)]
         sc["pacer"] = answer.model_dump()
         return sc
 
     def check(self, answer, record, p):
         jobs = {j["name"]: j for j in (record.get("check_results") or {}).get("jobs") or []}
         v = Verdict()
-        for name in ("unpaced", "paced"):
+        for name in ["unpaced"] + paced_names(p):
             j = jobs.get(name) or {}
-            if not v.add(j.get("fabric_drops") is not None and not j.get("error"),
-                         f"the {name} run " + ("completed" if j.get("fabric_drops") is not None
-                                               and not j.get("error") else
-                                               f"failed: {j.get('error') or 'no result'}")):
+            ok = j.get("fabric_drops") is not None and not j.get("error")
+            if not v.add(ok, f"the {name} run " + ("completed" if ok else
+                                                   f"failed: {j.get('error') or 'no result'}")):
                 return v
-        base, paced = jobs["unpaced"]["fabric_drops"], jobs["paced"]["fabric_drops"]
+        base = jobs["unpaced"]["fabric_drops"]
+        best = min((jobs[n] for n in paced_names(p)), key=lambda j: j["fabric_drops"])
+        paced = best["fabric_drops"]
         if not base:
             v.add(False, f"drops paced {paced} vs unpaced 0: the unpaced run dropped nothing, "
                          "so there was no incast to cut (run the check again)")
@@ -429,9 +438,11 @@ class Pacer(Kind):
                 f"{math.floor(round(cut * 1000, 6)) / 10:.1f}% cut, "
                 f"at least {math.ceil(round(p.min_cut * 1000, 6)) / 10:.1f}% needed")
         where = ", ".join(f"{k} {n}" for k, n in sorted(
-            (jobs["paced"].get("drops_by_link") or {}).items(), key=lambda kv: -kv[1]))
+            (best.get("drops_by_link") or {}).items(), key=lambda kv: -kv[1]))
+        runs = ("" if p.paced_runs == 1 else ", the best of paced runs dropping " +
+                ", ".join(str(jobs[n]["fabric_drops"]) for n in paced_names(p)))
         v.add(cut >= p.min_cut, f"drops paced {paced}{f' ({where})' if where else ''} vs "
-                                f"unpaced {base} ({need})")
+                                f"unpaced {base} ({need}{runs})")
         return v
 
 

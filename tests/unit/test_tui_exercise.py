@@ -100,9 +100,9 @@ class CheckLab(RecordedBackend):
 @sync
 async def test_a_check_with_a_lab_of_its_own_runs_it_in_view_and_gives_the_verdict():
     made, labs = [], iter([RecordedBackend(start_at=MID, advance=False),
-                           CheckLab({"unpaced": 900, "paced": 0}),
-                           CheckLab({"unpaced": 900, "paced": 880}),
-                           CheckLab({"unpaced": 900, "paced": 0}, state="jobs"),
+                           CheckLab({"unpaced": 900, "paced": 3, "paced_2": 0}),
+                           CheckLab({"unpaced": 900, "paced": 880, "paced_2": 870}),
+                           CheckLab({"unpaced": 900, "paced": 0, "paced_2": 0}, state="jobs"),
                            CheckLab({}, state="jobs")])
 
     def factory(scenario):
