@@ -113,7 +113,7 @@ def pacer_record(unpaced: int | None, *paced: int | None, error: str | None = No
 
 def test_pacer_drops_nothing_in_the_best_of_two_paced_runs():
     answer = KINDS["pacer"].Answer(threshold_us=2000)
-    right = verdict("pacer", answer, pacer_record(430, 16, 0))   # measured: the pacer's rules
+    right = verdict("pacer", answer, pacer_record(430, 16, 0))   # 16 of 430 measured, then 0
     assert right.passed and "drops paced 0 vs unpaced 430 (none allowed, the best of paced " \
         "runs dropping 16, 0)" in right.text()
     one = verdict("pacer", answer, pacer_record(457, 21, 30))
