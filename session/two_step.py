@@ -52,7 +52,9 @@ def run(lab: Lab, mesh: AgentMesh, spec: JobSpec, pacer: PacerSpec,
     last pacer reports (VM -> ``PacerReport``).
 
     Args:
-        choose: placement policy -> the job's VMs (``Session.choose``).
+        choose: placement policy -> the job's VMs (``Session.choose``), asked once a policy:
+            the aware steps run on the same VMs even when the agents' groups change between
+            steps (the story compares the steps on one placement).
         count_drops: the lab's queue drops so far (``drops``, run on the lab's thread).
         steps: each step's entry is appended here as soon as it is done (a live view).
 
@@ -63,14 +65,16 @@ def run(lab: Lab, mesh: AgentMesh, spec: JobSpec, pacer: PacerSpec,
     """
     steps = [] if steps is None else steps
     reports = {}
+    chosen: dict[str, list[str]] = {}
     for name, policy, mode, cc in STEPS:
         entry = {"name": name, "pacer": mode, "cc": cc or spec.cc, "vms": [], "completion_s": None,
                  "fabric_drops": None, "probes_lost": None, "retransmits": None, "rtos": None,
                  "owd_p99_us": None,
                  "verified": False, "error": None}
         try:
-            vms = choose(policy)
-            entry["vms"] = vms
+            if policy not in chosen:
+                chosen[policy] = choose(policy)
+            vms = entry["vms"] = chosen[policy]
             progress(f"two_step {name}: {spec.collective} on {' '.join(vms)}, pacer {mode}"
                      + (f", {cc}" if cc else ""))
             before = count_drops()
