@@ -11,8 +11,8 @@ whole window, not one per pair.
    NTP-style baseline (``estimate.ntp_pair``) on the very same pure probes. A pair needs
    ``MIN_PURE`` pure probes each way, and is dropped (``pairs_inconsistent``) when the fitted
    line leaves a direction a minimum delay below ``-INCONSISTENT_NS``: a clock step inside
-   the window. A VM whose pairs' median minimum round trip stands ``QUEUED_NS`` above the
-   window's median is left out of the window (``vms_queued``): a queue on its own link
+   the window. A VM whose every pair's minimum round trip stands ``QUEUED_NS`` above the
+   window's least is left out of the window (``vms_queued``): a queue on its own link
    biased all its pairs alike, which the solve would take as its offset.
 2. Network effect (``network.solve``): both fits are evaluated at the window's centre
    ``t_k`` (read on A's clock: ``t_k + theta_A``) and solved over the graph of pairs,
@@ -54,8 +54,8 @@ MIN_PURE = 4
 INCONSISTENT_NS = 1000.0
 """A pair fit whose implied minimum one-way delay is below minus this (ns) is dropped."""
 QUEUED_NS = 50_000.0
-"""A VM whose pairs' median minimum round trip exceeds the window's median over all pairs
-by more than this (ns) is left out of the window (``vms_queued``): a queue on its own link
+"""A VM whose pairs' minimum round trips all exceed the window's least pair's by more than
+this (ns) is left out of the window (``vms_queued``): a queue on its own link
 that no probe of the window got through empty (the iperf3 sender of quickstart: its
 egress queue stood for seconds) delays every probe it sends, or every probe to it, by at
 least the queue's minimum q. The envelope fit halves that into each of its pairs' offsets
@@ -290,20 +290,19 @@ def _fit_pairs(records: Records, src: np.ndarray, dst: np.ndarray, guard_ns: flo
 
 
 def _queued(n: int, a: np.ndarray, b: np.ndarray, rtt: np.ndarray, ref: int) -> np.ndarray:
-    """The VMs (indices, never ``ref``) whose pairs' median minimum round trip ``rtt`` (ns,
-    per pair ``(a, b)``) is more than ``QUEUED_NS`` above the median over all pairs: VMs
-    behind a queue that stood through the window (``QUEUED_NS``). The reference stays: its
+    """The VMs (indices, never ``ref``) whose every pair's minimum round trip ``rtt`` (ns,
+    per pair ``(a, b)``) is more than ``QUEUED_NS`` above the window's least: VMs behind a
+    queue that stood through the window (``QUEUED_NS``). A VM's least round trip is with its
+    least queued peer, so it stands out even when most VMs are queued (an incast's ranks,
+    half of them: a median over pairs would be as high as theirs). The reference stays: its
     bias shifts every other VM alike (offset differences, collocation, keep)."""
     if rtt.size < 3:
         return np.empty(0, dtype=np.int64)
-    ends = np.concatenate([a, b])
-    both = np.concatenate([rtt, rtt])
-    order = np.argsort(ends, kind="stable")
-    ends, both = ends[order], both[order]
-    vms, first = np.unique(ends, return_index=True)
-    med = np.array([np.median(x) for x in np.split(both, first[1:])])
-    bad = vms[(med > np.median(rtt) + QUEUED_NS) & (vms != ref)]
-    return bad[bad < n]
+    least = np.full(n, np.inf)
+    np.minimum.at(least, a, rtt)
+    np.minimum.at(least, b, rtt)
+    bad = np.flatnonzero(np.isfinite(least) & (least > rtt.min() + QUEUED_NS))
+    return bad[bad != ref]
 
 
 def _min_delays_ns(fits: PairFits, p: Probes) -> tuple[np.ndarray, np.ndarray]:

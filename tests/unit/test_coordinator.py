@@ -371,3 +371,16 @@ def test_vm_behind_a_standing_queue_is_left_out_not_taken_as_an_offset():
     assert 2 <= len(held) <= 4, [sorted(h.vms) for h in st.history]
     groups = sorted(g.members for g in st.collocation.groups)
     assert groups == [["vm1", "vm2"], ["vm3", "vm4"], ["vm5", "vm6"]], st.collocation
+
+
+def test_queued_vms_found_when_half_of_them_are_queued():
+    from agents.window import _queued
+    # 8 VMs, round trip 6-20 us idle; vm index 1, 2, 5, 6 behind queues of 0.3-2 ms (an
+    # incast's ranks: 22 of 28 pairs touch one) and the reference 0 is never left out
+    q = np.array([0.0, 300e3, 2e6, 0.0, 0.0, 800e3, 400e3, 0.0])
+    a, b = np.triu_indices(8, 1)
+    rtt = 6e3 + 14e3 * np.random.default_rng(0).random(a.size) + q[a] + q[b]
+    assert _queued(8, a, b, rtt, 0).tolist() == [1, 2, 5, 6]
+    q[0] = 1e6  # a queued reference stays
+    assert _queued(8, a, b, 6e3 + q[a] + q[b], 0).tolist() == [1, 2, 5, 6]
+    assert _queued(8, a, b, np.full(a.size, 9e3), 0).size == 0
