@@ -30,7 +30,9 @@ def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.
             seed: int = 1, start_s: float = 0.0, chunk_s: float = 0.5,
             silent: Collection[str] = (),
             peers: Mapping[str, Collection[str]] | None = None, t0_ns: int = T0_NS,
-            stats: AgentStats | None = None, packed: bool = True) -> Iterator[list[Report]]:
+            stats: AgentStats | None = None, packed: bool = True,
+            standing_ns: Mapping[tuple[str, str], float] | None = None
+            ) -> Iterator[list[Report]]:
     """Every VM's report after each ``chunk_s`` of true time, from ``t0_ns + start_s`` for
     ``seconds``.
 
@@ -39,12 +41,14 @@ def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.
     ``queue_ns[(src, dst)]`` (default 500 ns) shared by both probes of a pair, plus 300 ns
     (mean) of independent jitter; in 20 % of the pairs the second probe waits for more
     (an impure pair). ``silent`` VMs neither probe, answer nor report (a paused VM);
-    ``stats`` is every report's counters (default zeros). The records are packed
+    ``stats`` is every report's counters (default zeros); ``standing_ns[(src, dst)]``: a
+    queue that stands all along, added to every probe of that direction. The records are packed
     (``Report.rx_packed``, as the agents send them), or JSON rows (``Report.rx``) with
     ``packed=False``.
     """
     rng = random.Random(seed)
     queue_ns = queue_ns or {}
+    standing_ns = standing_ns or {}
     names = sorted(specs)
     peers = peers or {v: [p for p in names if p != v] for v in names}
     t = t0_ns + int(start_s * S)
@@ -57,6 +61,7 @@ def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.
                 if src in silent or dst in silent:
                     continue
                 mean_q = queue_ns.get((src, dst), 500)
+                stand = standing_ns.get((src, dst), 0)
                 ts = t + int(rng.uniform(0, 1 / rate) * S)
                 while ts < stop:
                     pid = rng.getrandbits(32)
@@ -65,7 +70,7 @@ def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.
                         q = common + rng.expovariate(1 / 300)
                         if idx == 1 and rng.random() < 0.2:  # cross traffic between them
                             q += rng.expovariate(1 / mean_q)
-                        rx_true = tx_true + dmin_ns + int(q)
+                        rx_true = tx_true + dmin_ns + int(q + stand)
                         rx[dst].setdefault(src, []).append(
                             [pid, idx, specs[src].to_vm_ns(tx_true),
                              specs[dst].to_vm_ns(rx_true)])
