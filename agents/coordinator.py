@@ -63,7 +63,7 @@ from agents.messages import (
     Report,
     VmState,
 )
-from agents.window import WindowResult, solve_window
+from agents.window import RttFloors, WindowResult, solve_window
 
 __all__ = ["DRIFT_WINDOWS", "Coordinator"]
 
@@ -130,6 +130,7 @@ class Coordinator:
         self.reference = reference
         self.guard_ns = guard_ns
         self.weight_floor_ns = weight_floor_ns
+        self.floors = RttFloors()  # pairs' round-trip floors, across windows (solve_window)
         self.live_s = live_s
         self.clock = clock or Clock()
         self.lock = threading.RLock()
@@ -189,7 +190,8 @@ class Coordinator:
                 res = solve_window(k, records, ref, offsets, window_ns=self.window_ns,
                                    guard_ns=self.guard_ns,
                                    weight_floor_ns=self.weight_floor_ns,
-                                   counts=counts) if ref is not None and records.src.size else None
+                                   counts=counts, floors=self.floors
+                                   ) if ref is not None and records.src.size else None
             with self.lock:
                 self.counters.update(counts)
                 if res is None:

@@ -11,9 +11,10 @@ whole window, not one per pair.
    NTP-style baseline (``estimate.ntp_pair``) on the very same pure probes. A pair needs
    ``MIN_PURE`` pure probes each way, and is dropped (``pairs_inconsistent``) when the fitted
    line leaves a direction a minimum delay below ``-INCONSISTENT_NS``: a clock step inside
-   the window. A VM whose every pair's minimum round trip stands ``QUEUED_NS`` above the
-   window's least is left out of the window (``vms_queued``): a queue on its own link
-   biased all its pairs alike, which the solve would take as its offset.
+   the window. A VM whose every pair's minimum round trip stands ``QUEUED_NS`` above that
+   pair's floor (``RttFloors``: its least over the last ``FLOOR_WINDOWS`` windows) is left
+   out of the window (``vms_queued``): a queue on its own link biased all its pairs alike,
+   which the solve would take as its offset.
 2. Network effect (``network.solve``): both fits are evaluated at the window's centre
    ``t_k`` (read on A's clock: ``t_k + theta_A``) and solved over the graph of pairs,
    weights ``1 / (residual_ns**2 + floor**2)``, twice (the second pass evaluates at the
@@ -30,7 +31,7 @@ baseline.
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -45,7 +46,8 @@ from agents.messages import OwdStats
 from agents.network import GraphSolve, NodeEstimate
 from agents.owd import asymmetry_many, owd_many
 
-__all__ = ["INCONSISTENT_NS", "MIN_PURE", "QUEUED_NS", "Records", "WindowResult", "solve_window"]
+__all__ = ["FLOOR_WINDOWS", "INCONSISTENT_NS", "MIN_PURE", "QUEUED_NS", "Records", "RttFloors",
+           "WindowResult", "solve_window"]
 
 log = logging.getLogger("agents.window")
 
@@ -54,15 +56,18 @@ MIN_PURE = 4
 INCONSISTENT_NS = 1000.0
 """A pair fit whose implied minimum one-way delay is below minus this (ns) is dropped."""
 QUEUED_NS = 50_000.0
-"""A VM whose pairs' minimum round trips all exceed the window's least pair's by more than
-this (ns) is left out of the window (``vms_queued``): a queue on its own link
-that no probe of the window got through empty (the iperf3 sender of quickstart: its
-egress queue stood for seconds) delays every probe it sends, or every probe to it, by at
-least the queue's minimum q. The envelope fit halves that into each of its pairs' offsets
-alike, so the loops of the network solve cannot see it: the VM's offset was off by -q/2,
-200-480 us, in the 1-3 windows of the load, and the collocation offset test split its
-host (issue colloc). The round trip's minimum, the sum of both directions' minima about
-the fitted line, does not depend on the offset: idle, 6-25 us in the quickstart lab."""
+"""A VM whose pairs' minimum round trips all stand more than this (ns) above their floors
+(``RttFloors``) is left out of the window (``vms_queued``): a queue on its own link that no
+probe of the window got through empty (the iperf3 sender of quickstart: its egress queue
+stood for seconds) delays every probe it sends, or every probe to it, by at least the
+queue's minimum q. The envelope fit halves that into each of its pairs' offsets alike, so
+the loops of the network solve cannot see it: the VM's offset was off by -q/2, 200-480 us,
+in the 1-3 windows of the load, and the collocation offset test split its host. The round
+trip's minimum, the sum of both directions' minima about the fitted line, does not depend on
+the offset: idle, 6-25 us in the quickstart lab."""
+FLOOR_WINDOWS = 8
+"""Windows of a pair's history whose least minimum round trip is its floor: a queue that
+stands longer than this (16 s at 2 s windows) becomes the floor and biases again."""
 _OWD = TypeAdapter(dict[str, OwdStats])
 
 
@@ -118,9 +123,46 @@ class WindowResult:
     ntp_drift: dict[str, float] = field(default_factory=dict)
 
 
+class RttFloors:
+    """Per pair of VMs, its minimum round trips (ns) of the last ``span`` windows; their
+    least is the pair's floor, its round trip with no queue standing. Relative to each pair's
+    own floor, not to other pairs': pairs differ by their paths (a leaf's VMs between
+    themselves, across spines, links with a configured delay). The coordinator keeps one
+    across windows, which it solves in order."""
+
+    def __init__(self, span: int = FLOOR_WINDOWS):
+        self.span = span
+        self._seen: dict[tuple[str, str], deque[tuple[int, float]]] = {}
+
+    def queued(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray, rtt: np.ndarray,
+               ref: int) -> np.ndarray:
+        """The VMs (indices into ``vms``, never ``ref``) whose every pair of window ``k``
+        with a floor (pairs ``(a, b)``, minimum round trips ``rtt`` ns) stands more than
+        ``QUEUED_NS`` above it; then window ``k``'s round trips join the history. A VM's
+        least excess is over its least queued peer, so it stands out even when most VMs are
+        queued (an incast's ranks). The reference stays: its bias shifts every other VM
+        alike (offset differences, collocation, keep)."""
+        keys = [(vms[i], vms[j]) for i, j in zip(a.tolist(), b.tolist(), strict=True)]
+        floor = np.array([min((r for kk, r in self._seen.get(key, ()) if k - self.span <= kk
+                               < k), default=np.nan) for key in keys], dtype=float)
+        for key, r in zip(keys, rtt.tolist(), strict=True):
+            seen = self._seen.setdefault(key, deque())
+            seen.append((k, r))
+            while seen[0][0] <= k - self.span:
+                seen.popleft()
+        least = np.full(len(vms), np.inf)
+        has = ~np.isnan(floor)
+        excess = rtt[has] - floor[has]
+        np.minimum.at(least, a[has], excess)
+        np.minimum.at(least, b[has], excess)
+        bad = np.flatnonzero(np.isfinite(least) & (least > QUEUED_NS))
+        return bad[bad != ref]
+
+
 def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float], *,
                  window_ns: int, guard_ns: float = 20_000.0, weight_floor_ns: float = 100.0,
-                 counts: Counter[str] | None = None) -> WindowResult | None:
+                 counts: Counter[str] | None = None,
+                 floors: RttFloors | None = None) -> WindowResult | None:
     """Solve window ``k``.
 
     Args:
@@ -134,7 +176,9 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
         weight_floor_ns: floor added to the fits' residuals in the solve weights, ns.
         counts: diagnostics are added here (``pairs_too_few_pure``, ``pair_fit_failures``,
             ``pairs_inconsistent``, ``ntp_fit_failures``, ``windows_without_reference``,
-            ``solve_failures``).
+            ``solve_failures``, ``vms_queued``).
+        floors: the pairs' round-trip floors from the previous windows (``RttFloors``;
+            None: no history, no VM left out as queued).
 
     Returns:
         The window's estimates, or None when no fitted pair connects ``ref`` to another VM
@@ -146,7 +190,8 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
     pa, pb, huygens, ntp_fits, rtt = _fit_pairs(records, dsrc, ddst, guard_ns, counts)
     if not pa.size:
         return None
-    queued = _queued(len(vms), pa, pb, rtt, vms.index(ref) if ref in vms else -1)
+    queued = (floors.queued(k, vms, pa, pb, rtt, vms.index(ref) if ref in vms else -1)
+              if floors is not None else np.empty(0, dtype=np.int64))
     if queued.size:
         counts["vms_queued"] += int(queued.size)
         log.info("window %d: left out as queued: %s", k, [vms[i] for i in queued.tolist()])
@@ -287,22 +332,6 @@ def _fit_pairs(records: Records, src: np.ndarray, dst: np.ndarray, guard_ns: flo
     counts["ntp_fit_failures"] += int((consistent & ~n.ok).sum())
     return (src[fi][consistent], dst[fi][consistent], _take(h, consistent),
             _take(n, consistent), (fwd_min + rev_min)[consistent])
-
-
-def _queued(n: int, a: np.ndarray, b: np.ndarray, rtt: np.ndarray, ref: int) -> np.ndarray:
-    """The VMs (indices, never ``ref``) whose every pair's minimum round trip ``rtt`` (ns,
-    per pair ``(a, b)``) is more than ``QUEUED_NS`` above the window's least: VMs behind a
-    queue that stood through the window (``QUEUED_NS``). A VM's least round trip is with its
-    least queued peer, so it stands out even when most VMs are queued (an incast's ranks,
-    half of them: a median over pairs would be as high as theirs). The reference stays: its
-    bias shifts every other VM alike (offset differences, collocation, keep)."""
-    if rtt.size < 3:
-        return np.empty(0, dtype=np.int64)
-    least = np.full(n, np.inf)
-    np.minimum.at(least, a, rtt)
-    np.minimum.at(least, b, rtt)
-    bad = np.flatnonzero(np.isfinite(least) & (least > rtt.min() + QUEUED_NS))
-    return bad[bad != ref]
 
 
 def _min_delays_ns(fits: PairFits, p: Probes) -> tuple[np.ndarray, np.ndarray]:

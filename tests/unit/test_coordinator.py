@@ -373,14 +373,35 @@ def test_vm_behind_a_standing_queue_is_left_out_not_taken_as_an_offset():
     assert groups == [["vm1", "vm2"], ["vm3", "vm4"], ["vm5", "vm6"]], st.collocation
 
 
-def test_queued_vms_found_when_half_of_them_are_queued():
-    from agents.window import _queued
-    # 8 VMs, round trip 6-20 us idle; vm index 1, 2, 5, 6 behind queues of 0.3-2 ms (an
-    # incast's ranks: 22 of 28 pairs touch one) and the reference 0 is never left out
-    q = np.array([0.0, 300e3, 2e6, 0.0, 0.0, 800e3, 400e3, 0.0])
+def test_queued_vms_found_against_each_pairs_own_floor():
+    from agents.window import QUEUED_NS, RttFloors
+    # 8 VMs, round trips 6-20 us idle, and vm index 7's pairs 800 us longer (a far VM: a
+    # path with a configured delay; it is no queue, its floor is long too); then vm index
+    # 1, 2, 5, 6 behind queues of 0.3-2 ms (an incast's ranks: 22 of 28 pairs touch one);
+    # the reference 0 is never left out
+    vms = [f"vm{i}" for i in range(8)]
     a, b = np.triu_indices(8, 1)
-    rtt = 6e3 + 14e3 * np.random.default_rng(0).random(a.size) + q[a] + q[b]
-    assert _queued(8, a, b, rtt, 0).tolist() == [1, 2, 5, 6]
+    rng = np.random.default_rng(0)
+    far = 800e3 * ((a == 7) | (b == 7))
+
+    def window(q):
+        return 6e3 + 14e3 * rng.random(a.size) + far + q[a] + q[b]
+
+    floors = RttFloors(span=4)
+    idle = np.zeros(8)
+    assert floors.queued(0, vms, a, b, window(idle), 0).size == 0  # no floor yet
+    for k in (1, 2):
+        assert floors.queued(k, vms, a, b, window(idle), 0).size == 0
+    q = np.array([0.0, 300e3, 2e6, 0.0, 0.0, 800e3, 400e3, 0.0])
+    assert floors.queued(3, vms, a, b, window(q), 0).tolist() == [1, 2, 5, 6]
     q[0] = 1e6  # a queued reference stays
-    assert _queued(8, a, b, 6e3 + q[a] + q[b], 0).tolist() == [1, 2, 5, 6]
-    assert _queued(8, a, b, np.full(a.size, 9e3), 0).size == 0
+    assert floors.queued(4, vms, a, b, window(q), 0).tolist() == [1, 2, 5, 6]
+    # the queue stands on: found while an idle window is in the span (4), then its own
+    # round trips are the floors and it biases again
+    flagged = [floors.queued(k, vms, a, b, window(q), 0).tolist() for k in range(5, 10)]
+    assert flagged == [[1, 2, 5, 6]] * 2 + [[]] * 3
+    # a rise just under the threshold is not a queue
+    floors = RttFloors()
+    base = window(idle)
+    floors.queued(0, vms, a, b, base, 0)
+    assert floors.queued(1, vms, a, b, base + QUEUED_NS - 1, 0).size == 0
