@@ -11,8 +11,8 @@ whole window, not one per pair.
    NTP-style baseline (``estimate.ntp_pair``) on the very same pure probes. A pair needs
    ``MIN_PURE`` pure probes each way, and is dropped (``pairs_inconsistent``) when the fitted
    line leaves a direction a minimum delay below ``-INCONSISTENT_NS``: a clock step inside
-   the window. A VM whose every pair's minimum round trip stands ``QUEUED_NS`` above that
-   pair's floor (``RttFloors``: its least over the last ``FLOOR_WINDOWS`` windows) is left
+   the window. A VM two thirds of whose pairs' minimum round trips stand ``QUEUED_NS`` above
+   their floors (``RttFloors``: its least over the last ``FLOOR_WINDOWS`` windows) is left
    out of the window (``vms_queued``): a queue on its own link biased all its pairs alike,
    which the solve would take as its offset.
 2. Network effect (``network.solve``): both fits are evaluated at the window's centre
@@ -46,8 +46,8 @@ from agents.messages import OwdStats
 from agents.network import GraphSolve, NodeEstimate
 from agents.owd import asymmetry_many, owd_many
 
-__all__ = ["FLOOR_WINDOWS", "INCONSISTENT_NS", "MIN_PURE", "QUEUED_NS", "Records", "RttFloors",
-           "WindowResult", "solve_window"]
+__all__ = ["FLOOR_WINDOWS", "INCONSISTENT_NS", "MIN_PURE", "QUEUED_NS", "QUEUED_SHARE",
+           "Records", "RttFloors", "WindowResult", "solve_window"]
 
 log = logging.getLogger("agents.window")
 
@@ -56,15 +56,17 @@ MIN_PURE = 4
 INCONSISTENT_NS = 1000.0
 """A pair fit whose implied minimum one-way delay is below minus this (ns) is dropped."""
 QUEUED_NS = 50_000.0
-"""A VM whose pairs' minimum round trips all stand more than this (ns) above their floors
-(``RttFloors``) is left out of the window (``vms_queued``): a queue on its own link that no
-probe of the window got through empty (the iperf3 sender of quickstart: its egress queue
-stood for seconds) delays every probe it sends, or every probe to it, by at least the
-queue's minimum q. The envelope fit halves that into each of its pairs' offsets alike, so
-the loops of the network solve cannot see it: the VM's offset was off by -q/2, 200-480 us,
-in the 1-3 windows of the load, and the collocation offset test split its host. The round
-trip's minimum, the sum of both directions' minima about the fitted line, does not depend on
-the offset: idle, 6-25 us in the quickstart lab."""
+"""A VM whose pairs' minimum round trips stand more than this (ns) above their floors
+(``RttFloors``, ``QUEUED_SHARE`` of them) is left out of the window (``vms_queued``): a queue on
+its own link that no probe of the window got through empty (the iperf3 sender of quickstart: its
+egress queue stood for seconds) delays every probe it sends, or every probe to it, by at least
+the queue's minimum q. The envelope fit halves that into each of its pairs' offsets alike, so
+the loops of the network solve cannot see it: the VM's offset was off by -q/2, 200-480 us, in
+the 1-3 windows of the load, and the collocation offset test split its host. The round trip's
+minimum, the sum of both directions' minima about the fitted line, does not depend on the
+offset: idle, 6-25 us in the quickstart lab."""
+QUEUED_SHARE = 2 / 3
+"""Share of a VM's pairs with a floor that must stand ``QUEUED_NS`` above it (``RttFloors``)."""
 FLOOR_WINDOWS = 8
 """Windows of a pair's history whose least minimum round trip is its floor: a queue that
 stands longer than this (16 s at 2 s windows) becomes the floor and biases again."""
@@ -136,12 +138,14 @@ class RttFloors:
 
     def queued(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray, rtt: np.ndarray,
                ref: int) -> np.ndarray:
-        """The VMs (indices into ``vms``, never ``ref``) whose every pair of window ``k``
-        with a floor (pairs ``(a, b)``, minimum round trips ``rtt`` ns) stands more than
-        ``QUEUED_NS`` above it; then window ``k``'s round trips join the history. A VM's
-        least excess is over its least queued peer, so it stands out even when most VMs are
-        queued (an incast's ranks). The reference stays: its bias shifts every other VM
-        alike (offset differences, collocation, keep)."""
+        """The VMs (indices into ``vms``, never ``ref``) at least ``QUEUED_SHARE`` of whose
+        pairs of window ``k`` with a floor (pairs ``(a, b)``, minimum round trips ``rtt`` ns)
+        stand more than ``QUEUED_NS`` above it; then window ``k``'s round trips join the
+        history. A share, not every pair: a pair whose probe got through just before the
+        queue stood up has its floor's round trip and still the others' bias; not a
+        majority: a VM half of whose peers are queued (an incast's ranks) is not. The
+        reference stays: its bias shifts every other VM alike (offset differences,
+        collocation, keep)."""
         keys = [(vms[i], vms[j]) for i, j in zip(a.tolist(), b.tolist(), strict=True)]
         floor = np.array([min((r for kk, r in self._seen.get(key, ()) if k - self.span <= kk
                                < k), default=np.nan) for key in keys], dtype=float)
@@ -150,12 +154,13 @@ class RttFloors:
             seen.append((k, r))
             while seen[0][0] <= k - self.span:
                 seen.popleft()
-        least = np.full(len(vms), np.inf)
         has = ~np.isnan(floor)
-        excess = rtt[has] - floor[has]
-        np.minimum.at(least, a[has], excess)
-        np.minimum.at(least, b[has], excess)
-        bad = np.flatnonzero(np.isfinite(least) & (least > QUEUED_NS))
+        over = (rtt[has] - floor[has]) > QUEUED_NS
+        ah, bh, n = a[has], b[has], len(vms)
+        pairs = np.bincount(ah, minlength=n) + np.bincount(bh, minlength=n)
+        above = (np.bincount(ah, weights=over, minlength=n)
+                 + np.bincount(bh, weights=over, minlength=n))
+        bad = np.flatnonzero((pairs > 0) & (above >= QUEUED_SHARE * pairs))
         return bad[bad != ref]
 
 

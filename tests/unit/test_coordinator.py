@@ -377,8 +377,8 @@ def test_queued_vms_found_against_each_pairs_own_floor():
     from agents.window import QUEUED_NS, RttFloors
     # 8 VMs, round trips 6-20 us idle, and vm index 7's pairs 800 us longer (a far VM: a
     # path with a configured delay; it is no queue, its floor is long too); then vm index
-    # 1, 2, 5, 6 behind queues of 0.3-2 ms (an incast's ranks: 22 of 28 pairs touch one);
-    # the reference 0 is never left out
+    # 1, 2, 5, 6 behind queues of 0.3-2 ms (an incast's ranks: 22 of 28 pairs touch one, and
+    # each VM not queued has 4 queued peers of 7); the reference 0 is never left out
     vms = [f"vm{i}" for i in range(8)]
     a, b = np.triu_indices(8, 1)
     rng = np.random.default_rng(0)
@@ -394,12 +394,21 @@ def test_queued_vms_found_against_each_pairs_own_floor():
         assert floors.queued(k, vms, a, b, window(idle), 0).size == 0
     q = np.array([0.0, 300e3, 2e6, 0.0, 0.0, 800e3, 400e3, 0.0])
     assert floors.queued(3, vms, a, b, window(q), 0).tolist() == [1, 2, 5, 6]
-    q[0] = 1e6  # a queued reference stays
-    assert floors.queued(4, vms, a, b, window(q), 0).tolist() == [1, 2, 5, 6]
+    q[0], q[6] = 1e6, 0.0  # a queued reference stays
+    assert floors.queued(4, vms, a, b, window(q), 0).tolist() == [1, 2, 5]
     # the queue stands on: found while an idle window is in the span (4), then its own
     # round trips are the floors and it biases again
     flagged = [floors.queued(k, vms, a, b, window(q), 0).tolist() for k in range(5, 10)]
-    assert flagged == [[1, 2, 5, 6]] * 2 + [[]] * 3
+    assert flagged == [[1, 2, 5]] * 2 + [[]] * 3
+    # one pair of three whose probe got through before the queue stood: still queued; two
+    # of three: not
+    floors = RttFloors()
+    a3, b3 = np.array([0, 0, 0, 1, 1]), np.array([1, 2, 3, 2, 3])  # vm1: vm0, vm2, vm3
+    floors.queued(0, vms, a3, b3, np.full(5, 10e3), 0)
+    rtt = np.array([10e3, 10e3, 10e3, 500e3, 500e3])
+    assert floors.queued(1, vms, a3, b3, rtt, 0).tolist() == [1]
+    rtt[3] = 10e3
+    assert floors.queued(2, vms, a3, b3, rtt, 0).size == 0
     # a rise just under the threshold is not a queue
     floors = RttFloors()
     base = window(idle)
