@@ -270,7 +270,11 @@ class Coordinator:
         for j, (vms, d, o) in enumerate(cols):
             at = np.searchsorted(names, vms)
             drift[at, j], offset[at, j] = d, o
-        offset = _latest_run(offset, [w.k for w in wins])
+        held = np.zeros(offset.shape, dtype=bool)  # queued windows: holes, not clock steps
+        for j, w in enumerate(wins):
+            if w.queued:
+                held[np.searchsorted(names, w.queued), j] = True
+        offset = _latest_run(offset, [w.k for w in wins], held)
         names = names.tolist()
         recent = [e for w in wins[-10:] for e in w.est.values()]
         try:
@@ -365,12 +369,16 @@ def _median_positive(xs: list[float]) -> float:
     return float(np.median(ok)) if ok else 0.0
 
 
-def _latest_run(values: np.ndarray, ks: list[int]) -> np.ndarray:
+def _latest_run(values: np.ndarray, ks: list[int], held: np.ndarray | None = None
+                ) -> np.ndarray:
     """``values``, shape (VMs, windows ``ks``), with NaN in each row before its latest run
     of consecutive windows that all have a value: a clock step leaves its window without an
-    estimate, so the run holds continuous offsets only."""
+    estimate, so the run holds continuous offsets only. ``held`` (same shape): windows where
+    a VM was left out as queued (``WindowResult.queued``): a hole in its run, not an end."""
     # a window ends the run before it when it has no value or the next window is not k + 1
     ends = ~np.isfinite(values)
+    if held is not None:
+        ends &= ~held
     ends[:, :-1] |= (np.diff(np.asarray(ks)) != 1)[None, :]
     last = values.shape[1] - 1 - np.argmax(ends[:, ::-1], axis=1)
     start = np.where(ends.any(axis=1), last + 1, 0)

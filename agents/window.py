@@ -1,7 +1,8 @@
 """The per-window solve: from one window's probe records to every VM's clock against the
 reference VM, the NTP-style baseline and the one-way delays (steps 2, 3 and 5 of the
-pipeline in ``agents.coordinator``). A pure function of the records and the previous
-window's offsets: no threads, sockets or clocks.
+pipeline in ``agents.coordinator``). A function of the records, the previous window's offsets
+and the pairs' round-trip floors (``RttFloors``, which each window updates): no threads,
+sockets or clocks.
 
 Every step works on all pairs at once (``agents.segments``): one numpy call per step for the
 whole window, not one per pair.
@@ -61,12 +62,13 @@ QUEUED_NS = 50_000.0
 its own link that no probe of the window got through empty (the iperf3 sender of quickstart: its
 egress queue stood for seconds) delays every probe it sends, or every probe to it, by at least
 the queue's minimum q. The envelope fit halves that into each of its pairs' offsets alike, so
-the loops of the network solve cannot see it: the VM's offset was off by -q/2, 200-480 us, in
-the 1-3 windows of the load, and the collocation offset test split its host. The round trip's
+the loops of the network solve cannot see it: the VM's offset was off by -q/2, 61-476 us, in
+the 1-2 windows of the load, and the collocation offset test split its host. The round trip's
 minimum, the sum of both directions' minima about the fitted line, does not depend on the
 offset: idle, 6-25 us in the quickstart lab."""
 QUEUED_SHARE = 2 / 3
-"""Share of a VM's pairs with a floor that must stand ``QUEUED_NS`` above it (``RttFloors``)."""
+"""Share of a VM's pairs with a floor that must stand ``QUEUED_NS`` above it (``RttFloors``;
+compared in integers: 3 x above >= 2 x pairs)."""
 FLOOR_WINDOWS = 8
 """Windows of a pair's history whose least minimum round trip is its floor: a queue that
 stands longer than this (16 s at 2 s windows) becomes the floor and biases again."""
@@ -112,6 +114,8 @@ class WindowResult:
         pairs: pairs fitted and connected to the reference.
         drift: VM -> served drift, ppm (the centred slope, set by the coordinator).
         ntp_drift: the same for the baseline.
+        queued: VMs left out as queued (``RttFloors``): no estimate, OWD or asymmetry of theirs
+            in this window, and no clock step either.
     """
 
     k: int
@@ -123,6 +127,7 @@ class WindowResult:
     pairs: int
     drift: dict[str, float] = field(default_factory=dict)
     ntp_drift: dict[str, float] = field(default_factory=dict)
+    queued: list[str] = field(default_factory=list)
 
 
 class RttFloors:
@@ -130,9 +135,15 @@ class RttFloors:
     least is the pair's floor, its round trip with no queue standing. Relative to each pair's
     own floor, not to other pairs': pairs differ by their paths (a leaf's VMs between
     themselves, across spines, links with a configured delay). The coordinator keeps one
-    across windows, which it solves in order."""
+    across windows, which it solves in order from one thread (``Coordinator.step``).
+
+    Raises:
+        ValueError: ``span`` < 1.
+    """
 
     def __init__(self, span: int = FLOOR_WINDOWS):
+        if span < 1:
+            raise ValueError(f"span must be at least 1 window, not {span}")
         self.span = span
         self._seen: dict[tuple[str, str], deque[tuple[int, float]]] = {}
 
@@ -154,14 +165,24 @@ class RttFloors:
             seen.append((k, r))
             while seen[0][0] <= k - self.span:
                 seen.popleft()
+        if k % self.span == 0:  # pairs no longer probed (peers re-drawn, VMs gone)
+            for key in [q for q, seen in self._seen.items() if seen[-1][0] <= k - self.span]:
+                del self._seen[key]
         has = ~np.isnan(floor)
         over = (rtt[has] - floor[has]) > QUEUED_NS
-        ah, bh, n = a[has], b[has], len(vms)
-        pairs = np.bincount(ah, minlength=n) + np.bincount(bh, minlength=n)
-        above = (np.bincount(ah, weights=over, minlength=n)
-                 + np.bincount(bh, weights=over, minlength=n))
-        bad = np.flatnonzero((pairs > 0) & (above >= QUEUED_SHARE * pairs))
+        ah, bh = a[has], b[has]
+        if 0 <= ref and _share(len(vms), ah, bh, over)[ref]:
+            over &= (ah != ref) & (bh != ref)  # its queue, not its peers'
+        bad = np.flatnonzero(_share(len(vms), ah, bh, over))
         return bad[bad != ref]
+
+
+def _share(n: int, a: np.ndarray, b: np.ndarray, over: np.ndarray) -> np.ndarray:
+    """Per VM (``n``), whether at least ``QUEUED_SHARE`` of its pairs ``(a, b)`` are ``over``
+    (and it has one)."""
+    pairs = np.bincount(a, minlength=n) + np.bincount(b, minlength=n)
+    above = np.bincount(a[over], minlength=n) + np.bincount(b[over], minlength=n)
+    return (pairs > 0) & (3 * above >= 2 * pairs)
 
 
 def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float], *,
@@ -183,7 +204,7 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
             ``pairs_inconsistent``, ``ntp_fit_failures``, ``windows_without_reference``,
             ``solve_failures``, ``vms_queued``).
         floors: the pairs' round-trip floors from the previous windows (``RttFloors``;
-            None: no history, no VM left out as queued).
+            None: no history, no VM left out as queued); this window's round trips are added.
 
     Returns:
         The window's estimates, or None when no fitted pair connects ``ref`` to another VM
@@ -257,7 +278,8 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
             counts["solve_failures"] += 1
     owd, asym = _owd(records, names, np.where(inside, index, -1)[dsrc],
                      np.where(inside, index, -1)[ddst], x, t_k)
-    return WindowResult(k, t_k, est, ntp, owd, asym, int(pa.size))
+    return WindowResult(k, t_k, est, ntp, owd, asym, int(pa.size),
+                        queued=[vms[i] for i in queued.tolist()])
 
 
 def _check_finite(y: np.ndarray, w: np.ndarray) -> None:

@@ -74,7 +74,7 @@ def run(lab: Lab, mesh: AgentMesh, spec: JobSpec, pacer: PacerSpec,
         try:
             if policy not in chosen:
                 chosen[policy] = choose(policy)
-            vms = entry["vms"] = chosen[policy]
+            vms = entry["vms"] = list(chosen[policy])
             progress(f"two_step {name}: {spec.collective} on {' '.join(vms)}, pacer {mode}"
                      + (f", {cc}" if cc else ""))
             before = count_drops()

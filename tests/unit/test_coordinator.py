@@ -414,3 +414,37 @@ def test_queued_vms_found_against_each_pairs_own_floor():
     base = window(idle)
     floors.queued(0, vms, a, b, base, 0)
     assert floors.queued(1, vms, a, b, base + QUEUED_NS - 1, 0).size == 0
+
+
+def test_a_queued_reference_leaves_its_peers_in():
+    from agents.window import RttFloors
+    # a star: every pair is with the reference vm0, whose own link is queued; its peers'
+    # pairs are all above their floors, by its queue, not theirs
+    vms = ["vm0", "vm1", "vm2", "vm3"]
+    a, b = np.zeros(3, dtype=int), np.array([1, 2, 3])
+    floors = RttFloors()
+    floors.queued(0, vms, a, b, np.full(3, 10e3), 0)
+    assert floors.queued(1, vms, a, b, np.full(3, 900e3), 0).size == 0
+    with pytest.raises(ValueError, match="span must be at least 1"):
+        RttFloors(span=0)
+
+
+def test_floors_forget_pairs_no_longer_probed():
+    from agents.window import RttFloors
+    vms = ["vm0", "vm1", "vm2"]
+    floors = RttFloors(span=2)
+    floors.queued(1, vms, np.array([0, 1]), np.array([1, 2]), np.full(2, 10e3), 0)
+    for k in (2, 3, 4):  # vm1-vm2 re-drawn away
+        floors.queued(k, vms, np.array([0]), np.array([1]), np.full(1, 10e3), 0)
+    assert sorted(floors._seen) == [("vm0", "vm1")]
+
+
+def test_latest_run_goes_on_over_a_queued_window():
+    from agents.coordinator import _latest_run
+    nan = np.nan
+    values = np.array([[1.0, 2.0, nan, 4.0, 5.0], [1.0, 2.0, nan, 4.0, 5.0]])
+    held = np.zeros(values.shape, dtype=bool)
+    held[0, 2] = True  # vm A left out as queued; vm B's window lost to a clock step
+    got = _latest_run(values, [1, 2, 3, 4, 5], held)
+    assert np.array_equal(got, [[1.0, 2.0, nan, 4.0, 5.0], [nan, nan, nan, 4.0, 5.0]],
+                          equal_nan=True)
