@@ -12,10 +12,10 @@ whole window, not one per pair.
    NTP-style baseline (``estimate.ntp_pair``) on the very same pure probes. A pair needs
    ``MIN_PURE`` pure probes each way, and is dropped (``pairs_inconsistent``) when the fitted
    line leaves a direction a minimum delay below ``-INCONSISTENT_NS``: a clock step inside
-   the window. A VM two thirds of whose pairs' minimum round trips stand ``QUEUED_NS`` above
-   their floors (``RttFloors``: its least over the last ``FLOOR_WINDOWS`` windows) is left
-   out of the window (``vms_queued``): a queue on its own link biased all its pairs alike,
-   which the solve would take as its offset.
+   the window. A VM two thirds of whose pairs with a floor (``RttFloors``: the pair's least
+   minimum round trip over the last ``FLOOR_WINDOWS`` windows) stand ``QUEUED_NS`` above it
+   is left out of the window (``vms_queued``): a queue on its own link biased all its pairs
+   alike, which the solve would take as its offset.
 2. Network effect (``network.solve``): both fits are evaluated at the window's centre
    ``t_k`` (read on A's clock: ``t_k + theta_A``) and solved over the graph of pairs,
    weights ``1 / (residual_ns**2 + floor**2)``, twice (the second pass evaluates at the
@@ -146,6 +146,7 @@ class RttFloors:
             raise ValueError(f"span must be at least 1 window, not {span}")
         self.span = span
         self._seen: dict[tuple[str, str], deque[tuple[int, float]]] = {}
+        self._prune_at = 0  # next window at which pairs no longer probed are forgotten
 
     def queued(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray, rtt: np.ndarray,
                ref: int) -> np.ndarray:
@@ -165,7 +166,8 @@ class RttFloors:
             seen.append((k, r))
             while seen[0][0] <= k - self.span:
                 seen.popleft()
-        if k % self.span == 0:  # pairs no longer probed (peers re-drawn, VMs gone)
+        if k >= self._prune_at:  # pairs no longer probed (peers re-drawn, VMs gone)
+            self._prune_at = k + self.span
             for key in [q for q, seen in self._seen.items() if seen[-1][0] <= k - self.span]:
                 del self._seen[key]
         has = ~np.isnan(floor)
@@ -222,7 +224,7 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
         counts["vms_queued"] += int(queued.size)
         log.info("window %d: left out as queued: %s", k, [vms[i] for i in queued.tolist()])
         keep = ~np.isin(pa, queued) & ~np.isin(pb, queued)
-        pa, pb, rtt = pa[keep], pb[keep], rtt[keep]
+        pa, pb = pa[keep], pb[keep]
         huygens, ntp_fits = _take(huygens, keep), _take(ntp_fits, keep)
         if not pa.size:
             return None
