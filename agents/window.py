@@ -114,8 +114,9 @@ class WindowResult:
         pairs: pairs fitted and connected to the reference.
         drift: VM -> served drift, ppm (the centred slope, set by the coordinator).
         ntp_drift: the same for the baseline.
-        queued: VMs left out as queued (``RttFloors``): no estimate, OWD or asymmetry of theirs
-            in this window, and no clock step either.
+        queued: VMs left out as queued (``RttFloors``): no estimate of theirs in this window,
+            and no clock step either; their pairs' OWD and asymmetry are read on an offset
+            from their own pairs alone (the queue's bias on them, not on the others).
     """
 
     k: int
@@ -220,12 +221,13 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
         return None
     queued = (floors.queued(k, vms, pa, pb, rtt, vms.index(ref) if ref in vms else -1)
               if floors is not None else np.empty(0, dtype=np.int64))
+    touch = np.isin(pa, queued) | np.isin(pb, queued)
+    qa, qb, qfits = pa[touch], pb[touch], _take(huygens, touch)  # for their OWD only
     if queued.size:
         counts["vms_queued"] += int(queued.size)
         log.info("window %d: left out as queued: %s", k, [vms[i] for i in queued.tolist()])
-        keep = ~np.isin(pa, queued) & ~np.isin(pb, queued)
-        pa, pb = pa[keep], pb[keep]
-        huygens, ntp_fits = _take(huygens, keep), _take(ntp_fits, keep)
+        pa, pb = pa[~touch], pb[~touch]
+        huygens, ntp_fits = _take(huygens, ~touch), _take(ntp_fits, ~touch)
         if not pa.size:
             return None
     r = vms.index(ref) if ref in vms else None
@@ -278,8 +280,25 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
         except (ValueError, np.linalg.LinAlgError) as e:
             log.warning("window %d: NTP solve failed: %s", k, e)
             counts["solve_failures"] += 1
-    owd, asym = _owd(records, names, np.where(inside, index, -1)[dsrc],
-                     np.where(inside, index, -1)[ddst], x, t_k)
+    row = np.where(inside, index, -1)  # VM -> its row of x (-1: none)
+    held: list[str] = []
+    for v in queued.tolist():  # its pairs' OWD, on an offset from them alone (others kept)
+        sel = ((qa == v) & inside[qb]) | ((qb == v) & inside[qa])
+        if not sel.any():
+            continue
+        v_is_a = qa[sel] == v
+        u = np.where(v_is_a, qb[sel], qa[sel])
+        fits = _take(qfits, sel)
+        theta_a = np.where(v_is_a, offsets_ns.get(vms[v], 0.0), x[row[u], 0])
+        y = values(fits, theta_a, np.arange(u.size))  # edge value: B's less A's
+        vals = x[row[u]] + np.where(v_is_a, -1.0, 1.0)[:, None] * y
+        w = 1.0 / (fits.residual_ns ** 2 + floor2)
+        if not (np.isfinite(vals).all() and np.isfinite(w).all()):
+            continue
+        row[v] = len(names) + len(held)
+        held.append(vms[v])
+        x = np.vstack([x, w @ vals / w.sum()])
+    owd, asym = _owd(records, names + held, row[dsrc], row[ddst], x, t_k)
     return WindowResult(k, t_k, est, ntp, owd, asym, int(pa.size),
                         queued=[vms[i] for i in queued.tolist()])
 

@@ -344,17 +344,22 @@ def test_latest_run_keeps_each_vms_last_continuous_offsets():
     assert np.array_equal(_latest_run(values[:1], [1, 2, 3, 4, 5]), values[:1])
 
 
+def _three_hosts() -> dict[str, ClockSpec]:
+    """Six VMs, two per host, each host's clock its own drift and wander."""
+    h1 = Oscillator(T0, 23.0, ((0.3, 40.0, 0.5),))
+    h2 = Oscillator(T0, -31.0, ((0.2, 30.0, 1.0),))
+    h3 = Oscillator(T0, 7.5, ((0.25, 60.0, 2.0),))
+    return {v: ClockSpec(v, [Segment(T0, off, hn, h)]) for v, off, hn, h in (
+        ("vm1", 3.2e6, "h1", h1), ("vm2", -4.1e6, "h1", h1), ("vm3", 1.7e6, "h2", h2),
+        ("vm4", -0.9e6, "h2", h2), ("vm5", 2.3e6, "h3", h3), ("vm6", -1.4e6, "h3", h3))}
+
+
 def test_vm_behind_a_standing_queue_is_left_out_not_taken_as_an_offset():
     # quickstart's iperf3 sender (issue colloc): for 6 s every probe vm5 sends waits 600 us
     # or more in its egress queue (800 us to vm6); the probes to it do not. Taken as they
     # are, its envelope fits put vm5's offset 300 us low in those windows and collocation
     # split {vm5, vm6}.
-    h1 = Oscillator(T0, 23.0, ((0.3, 40.0, 0.5),))
-    h2 = Oscillator(T0, -31.0, ((0.2, 30.0, 1.0),))
-    h3 = Oscillator(T0, 7.5, ((0.25, 60.0, 2.0),))
-    specs = {v: ClockSpec(v, [Segment(T0, off, hn, h)]) for v, off, hn, h in (
-        ("vm1", 3.2e6, "h1", h1), ("vm2", -4.1e6, "h1", h1), ("vm3", 1.7e6, "h2", h2),
-        ("vm4", -0.9e6, "h2", h2), ("vm5", 2.3e6, "h3", h3), ("vm6", -1.4e6, "h3", h3))}
+    specs = _three_hosts()
     coord = Coordinator(window_s=2.0)
     queue = {("vm5", v): 600_000 for v in specs if v != "vm5"}
     simulate(coord, specs, 6)
@@ -449,3 +454,23 @@ def test_latest_run_goes_on_over_a_queued_window():
     got = _latest_run(values, [1, 2, 3, 4, 5], held)
     assert np.array_equal(got, [[1.0, 2.0, nan, 4.0, 5.0], [nan, nan, nan, 4.0, 5.0]],
                           equal_nan=True)
+
+
+def test_a_queued_vms_owd_is_still_served():
+    # the latest window is inside vm5's queue: vm5 has no estimate there, but the OWD of its
+    # directions is served (the queue is what a user wants to see), its sends delayed by the
+    # queue and the others' offsets untouched by it
+    specs = _three_hosts()
+    coord = Coordinator(window_s=2.0)
+    simulate(coord, specs, 6)
+    simulate(coord, specs, 5, hello=False, start_s=6, seed=2,
+             standing_ns={("vm5", v): 600_000 for v in specs if v != "vm5"})
+    st = coord.state(history=1)
+    assert "vm5" not in st.history[-1].vms and st.counters["vms_queued"] >= 1
+    assert len(st.owd_us) == 30, sorted(st.owd_us)
+    # read on an offset from vm5's pairs alone, the queue splits between the directions
+    sent = min(o.min_us for k, o in st.owd_us.items() if k.startswith("vm5->"))
+    got = min(o.min_us for k, o in st.owd_us.items() if k.endswith("->vm5"))
+    assert sent > 250 and sent + got > 600, (sent, got)
+    others = [o.min_us for k, o in st.owd_us.items() if "vm5" not in k]
+    assert max(others) < 25, others
