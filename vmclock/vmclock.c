@@ -6,7 +6,11 @@
  *   steps; MONOTONIC_RAW without steps and corrections), gettimeofday, time, timespec_get;
  *   kernel receive/error-queue timestamps (SCM_TIMESTAMP, SCM_TIMESTAMPNS, SCM_TIMESTAMPING)
  *   of recvmsg and recvmmsg, and SIOCGSTAMP/SIOCGSTAMPNS;
- *   clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME) deadlines;
+ *   absolute deadlines (TIMER_ABSTIME, or the clock the call names or the object was made
+ *   with) of clock_nanosleep, sem_timedwait/sem_clockwait, pthread_cond_timedwait/clockwait,
+ *   pthread_mutex_timedlock/clocklock, pthread_rwlock_timed*lock/clock*lock and
+ *   pthread_timedjoin_np/clockjoin_np (not: timerfd_settime, timer_settime, mq_timed*, raw
+ *   futex system calls);
  * and makes the VM's discipline calls act on the VM clock, never on the machine's:
  *   adjtimex/ntp_adjtime/clock_adjtime(CLOCK_REALTIME) (frequency, tick, ADJ_SETOFFSET steps,
  *   status, maxerror, esterror, constant; a nonzero ADJ_OFFSET phase adjustment is refused
@@ -25,6 +29,7 @@
 #include <linux/sockios.h>
 #include <math.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -266,21 +271,129 @@ int timespec_get(struct timespec *ts, int base)
     return base;
 }
 
+/* ---- absolute deadlines ---- */
+
+/* A deadline ``abs`` on the VM's clock ``id`` as one on the machine's: the VM interval left
+   from now, on the machine's clock (the rate error, the drift, is < 1e-3). ``abs`` itself
+   without a VM clock or with an invalid time (the real call then says EINVAL). Without this a
+   program whose VM clock is behind the machine's spins through the last |offset| of every
+   wait that re-waits its remainder (Python's Queue.get(timeout), its GIL's 5 ms waits), and
+   one whose clock is ahead waits |offset| too long. */
+static const struct timespec *true_deadline(clockid_t id, const struct timespec *abs,
+                                            struct timespec *out)
+{
+    struct timespec vnow;
+    if (!abs || abs->tv_nsec < 0 || abs->tv_nsec >= NS || !clock_map() ||
+        clock_gettime(id, &vnow) != 0)
+        return abs;
+    int64_t left = (abs->tv_sec - vnow.tv_sec) * NS + (abs->tv_nsec - vnow.tv_nsec);
+    set_ts(out, true_ns(id) + (left > 0 ? left : 0));
+    return out;
+}
+
+/* The libc function this file replaces, found once. */
+#define REAL(name) static __typeof__(name) *real; if (!real) real = dlsym(RTLD_NEXT, #name)
+
 int clock_nanosleep(clockid_t id, int flags, const struct timespec *req, struct timespec *rem)
 {
-    static int (*real)(clockid_t, int, const struct timespec *, struct timespec *);
-    if (!real)
-        real = dlsym(RTLD_NEXT, "clock_nanosleep");
-    const struct hdr *h = clock_map();
-    if (!h || !(flags & TIMER_ABSTIME) || !req)
-        return real(id, flags, req, rem);
-    struct timespec vnow, deadline;
-    if (clock_gettime(id, &vnow) != 0)
-        return real(id, flags, req, rem);
-    /* a VM deadline: sleep the VM interval on the machine's clock (rate error < 1e-3) */
-    int64_t left = (req->tv_sec - vnow.tv_sec) * NS + (req->tv_nsec - vnow.tv_nsec);
-    set_ts(&deadline, true_ns(id) + (left > 0 ? left : 0));
-    return real(id, flags, &deadline, rem);
+    REAL(clock_nanosleep);
+    struct timespec t;
+    return real(id, flags, flags & TIMER_ABSTIME ? true_deadline(id, req, &t) : req, rem);
+}
+
+int sem_timedwait(sem_t *restrict sem, const struct timespec *restrict abs)
+{
+    REAL(sem_timedwait);
+    struct timespec t;
+    return real(sem, true_deadline(CLOCK_REALTIME, abs, &t));
+}
+
+int sem_clockwait(sem_t *restrict sem, clockid_t id, const struct timespec *restrict abs)
+{
+    REAL(sem_clockwait);
+    struct timespec t;
+    return real(sem, id, true_deadline(id, abs, &t));
+}
+
+int pthread_cond_clockwait(pthread_cond_t *restrict cond, pthread_mutex_t *restrict mutex,
+                           clockid_t id, const struct timespec *restrict abs)
+{
+    REAL(pthread_cond_clockwait);
+    struct timespec t;
+    return real(cond, mutex, id, true_deadline(id, abs, &t));
+}
+
+int pthread_cond_timedwait(pthread_cond_t *restrict cond, pthread_mutex_t *restrict mutex,
+                           const struct timespec *restrict abs)
+{
+    REAL(pthread_cond_timedwait);
+    /* glibc keeps the condition's clock (pthread_condattr_setclock) in bit 1 of __wrefs
+       (__PTHREAD_COND_CLOCK_MONOTONIC_MASK, nptl/pthreadP.h) */
+    clockid_t id = __atomic_load_n(&cond->__data.__wrefs, __ATOMIC_RELAXED) & 2
+        ? CLOCK_MONOTONIC : CLOCK_REALTIME;
+    struct timespec t;
+    return real(cond, mutex, true_deadline(id, abs, &t));
+}
+
+int pthread_mutex_timedlock(pthread_mutex_t *restrict mutex, const struct timespec *restrict abs)
+{
+    REAL(pthread_mutex_timedlock);
+    struct timespec t;
+    return real(mutex, true_deadline(CLOCK_REALTIME, abs, &t));
+}
+
+int pthread_mutex_clocklock(pthread_mutex_t *restrict mutex, clockid_t id,
+                            const struct timespec *restrict abs)
+{
+    REAL(pthread_mutex_clocklock);
+    struct timespec t;
+    return real(mutex, id, true_deadline(id, abs, &t));
+}
+
+int pthread_rwlock_timedrdlock(pthread_rwlock_t *restrict lock,
+                               const struct timespec *restrict abs)
+{
+    REAL(pthread_rwlock_timedrdlock);
+    struct timespec t;
+    return real(lock, true_deadline(CLOCK_REALTIME, abs, &t));
+}
+
+int pthread_rwlock_timedwrlock(pthread_rwlock_t *restrict lock,
+                               const struct timespec *restrict abs)
+{
+    REAL(pthread_rwlock_timedwrlock);
+    struct timespec t;
+    return real(lock, true_deadline(CLOCK_REALTIME, abs, &t));
+}
+
+int pthread_rwlock_clockrdlock(pthread_rwlock_t *restrict lock, clockid_t id,
+                               const struct timespec *restrict abs)
+{
+    REAL(pthread_rwlock_clockrdlock);
+    struct timespec t;
+    return real(lock, id, true_deadline(id, abs, &t));
+}
+
+int pthread_rwlock_clockwrlock(pthread_rwlock_t *restrict lock, clockid_t id,
+                               const struct timespec *restrict abs)
+{
+    REAL(pthread_rwlock_clockwrlock);
+    struct timespec t;
+    return real(lock, id, true_deadline(id, abs, &t));
+}
+
+int pthread_timedjoin_np(pthread_t thread, void **ret, const struct timespec *abs)
+{
+    REAL(pthread_timedjoin_np);
+    struct timespec t;
+    return real(thread, ret, true_deadline(CLOCK_REALTIME, abs, &t));
+}
+
+int pthread_clockjoin_np(pthread_t thread, void **ret, clockid_t id, const struct timespec *abs)
+{
+    REAL(pthread_clockjoin_np);
+    struct timespec t;
+    return real(thread, ret, id, true_deadline(id, abs, &t));
 }
 
 /* ---- socket timestamps ---- */
