@@ -350,37 +350,24 @@ int pthread_mutex_clocklock(pthread_mutex_t *restrict mutex, clockid_t id,
     return real(mutex, id, true_deadline(id, abs, &t));
 }
 
-int pthread_rwlock_timedrdlock(pthread_rwlock_t *restrict lock,
-                               const struct timespec *restrict abs)
-{
-    REAL(pthread_rwlock_timedrdlock);
-    struct timespec t;
-    return real(lock, true_deadline(CLOCK_REALTIME, abs, &t));
-}
-
-int pthread_rwlock_timedwrlock(pthread_rwlock_t *restrict lock,
-                               const struct timespec *restrict abs)
-{
-    REAL(pthread_rwlock_timedwrlock);
-    struct timespec t;
-    return real(lock, true_deadline(CLOCK_REALTIME, abs, &t));
-}
-
-int pthread_rwlock_clockrdlock(pthread_rwlock_t *restrict lock, clockid_t id,
-                               const struct timespec *restrict abs)
-{
-    REAL(pthread_rwlock_clockrdlock);
-    struct timespec t;
-    return real(lock, id, true_deadline(id, abs, &t));
-}
-
-int pthread_rwlock_clockwrlock(pthread_rwlock_t *restrict lock, clockid_t id,
-                               const struct timespec *restrict abs)
-{
-    REAL(pthread_rwlock_clockwrlock);
-    struct timespec t;
-    return real(lock, id, true_deadline(id, abs, &t));
-}
+/* pthread_rwlock_timedrdlock/clockrdlock and the wrlock pair */
+#define RWLOCK_WAITS(op)                                                                   \
+    int pthread_rwlock_timed##op##lock(pthread_rwlock_t *restrict lock,                    \
+                                       const struct timespec *restrict abs)                \
+    {                                                                                      \
+        REAL(pthread_rwlock_timed##op##lock);                                              \
+        struct timespec t;                                                                 \
+        return real(lock, true_deadline(CLOCK_REALTIME, abs, &t));                         \
+    }                                                                                      \
+    int pthread_rwlock_clock##op##lock(pthread_rwlock_t *restrict lock, clockid_t id,      \
+                                       const struct timespec *restrict abs)                \
+    {                                                                                      \
+        REAL(pthread_rwlock_clock##op##lock);                                              \
+        struct timespec t;                                                                 \
+        return real(lock, id, true_deadline(id, abs, &t));                                 \
+    }
+RWLOCK_WAITS(rd)
+RWLOCK_WAITS(wr)
 
 int pthread_timedjoin_np(pthread_t thread, void **ret, const struct timespec *abs)
 {

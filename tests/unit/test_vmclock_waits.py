@@ -54,8 +54,14 @@ elif kind == "queue":
         pass
 elif kind == "cond_monotonic":
     cond_wait(time.CLOCK_MONOTONIC)
-else:
+elif kind == "cond_realtime":
     cond_wait(None)
+else:  # a mutex this thread holds: the timed lock waits out its deadline
+    mtx = ctypes.create_string_buffer(64)
+    libc.pthread_mutex_init(mtx, None)
+    libc.pthread_mutex_lock(mtx)
+    d = time.clock_gettime_ns(time.CLOCK_REALTIME) + int(timeout * 1e9)
+    assert libc.pthread_mutex_timedlock(mtx, ctypes.byref(TS(d // 10**9, d % 10**9))) == 110
 print(time.monotonic() - t0, time.process_time() - c0)
 """
 
@@ -71,7 +77,8 @@ def clock_file(tmp_path):
 
 
 @pytest.mark.parametrize("offset_ms", [-200.0, 200.0])
-@pytest.mark.parametrize("kind", ["event", "queue", "cond_monotonic", "cond_realtime"])
+@pytest.mark.parametrize("kind", ["event", "queue", "cond_monotonic", "cond_realtime",
+                                  "mutex"])
 def test_a_timed_wait_lasts_its_timeout_on_the_vm_clock(clock_file, kind, offset_ms):
     """Measured on the VM's own clock (the child's ``time.monotonic``): not early by the
     offset, not late by it; the wait sleeps (its CPU is a fraction of the wait)."""
