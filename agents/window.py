@@ -15,7 +15,10 @@ whole window, not one per pair.
    the window. A VM two thirds of whose pairs with a floor (``RttFloors``: the pair's least
    minimum round trip over the last ``FLOOR_WINDOWS`` windows) stand ``QUEUED_NS`` above it
    is left out of the window (``vms_queued``): a queue on its own link biased all its pairs
-   alike, which the solve would take as its offset.
+   alike, which the solve would take as its offset. So is a VM queued so in most parts of
+   the window (``PARTS``; ``vms_queued_part``, counted in ``vms_queued`` too): a queue that
+   stood for all of it but a few probes' time leaves the window's round trips at the floor
+   and still biases the fits.
 2. Network effect (``network.solve``): both fits are evaluated at the window's centre
    ``t_k`` (read on A's clock: ``t_k + theta_A``) and solved over the graph of pairs,
    weights ``1 / (residual_ns**2 + floor**2)``, twice (the second pass evaluates at the
@@ -47,7 +50,7 @@ from agents.messages import OwdStats
 from agents.network import GraphSolve, NodeEstimate
 from agents.owd import asymmetry_many, owd_many
 
-__all__ = ["FLOOR_WINDOWS", "INCONSISTENT_NS", "MIN_PURE", "QUEUED_NS", "QUEUED_SHARE",
+__all__ = ["FLOOR_WINDOWS", "INCONSISTENT_NS", "MIN_PURE", "PARTS", "QUEUED_NS", "QUEUED_SHARE",
            "Records", "RttFloors", "WindowResult", "solve_window"]
 
 log = logging.getLogger("agents.window")
@@ -69,6 +72,24 @@ offset: idle, 6-25 us in the quickstart lab."""
 QUEUED_SHARE = 2 / 3
 """Share of a VM's pairs with a floor that must stand ``QUEUED_NS`` above it (``RttFloors``;
 compared in integers: 3 x above >= 2 x pairs)."""
+PARTS = 8
+"""Parts of a window (250 ms at 2 s) in each of which a VM's pairs are judged against their
+floors too (``vms_queued_part``): all of its pairs with probes both ways in the part stand
+``QUEUED_NS`` above their floors (each pair's least round trip about its fitted line among
+the part's probes) in the part. A VM queued so in a part, and in the parts next to it, is
+left out of the window when fewer than ``PARTS // 4`` parts are free of its queue (a flow
+that covers all of a window but 50 ms): the few probes it sent before the queue stood (or
+after it drained) left some pairs' fits free to tilt (drift ~q / window) under its queued
+probes, a band as wide as the floor's with the offset at the centre q/2 low, while the fits
+that stayed right had few probes at their envelopes and a tiny weight (``residual_ns``
+60-180 us against 8): vm5 295-301 us off in the synthetic test (-381 and -391 us in
+quickstart). With 300 ms of the window free the fits were 0.4-1.9 us off, with 500 ms
+0.1-0.4 us. The fitted drift that reads the round trips off the line is tilted by at most
+~q / window, which moves a part's round trip by less than q / ``PARTS``. Longer parts than
+a window's 16th, and every pair rather than a share: a part holds a few probes per pair,
+and a VM each of whose probes, both ways, waited 100 us on average (busy links, no standing
+queue) was left out of every window that had floors (8 of 8) with 16 parts and a share, of
+none with 8 parts and every pair (200 us: none; 400 us, a link near saturation: 5 of 8)."""
 FLOOR_WINDOWS = 8
 """Windows of a pair's history whose least minimum round trip is its floor: a queue that
 stands longer than this (16 s at 2 s windows) becomes the floor and biases again."""
@@ -149,8 +170,14 @@ class RttFloors:
         self._seen: dict[tuple[str, str], deque[tuple[int, float]]] = {}
         self._prune_at = 0  # next window at which pairs no longer probed are forgotten
 
+    def floor(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Each pair ``(a, b)``'s floor before window ``k``, ns (NaN: none yet)."""
+        keys = [(vms[i], vms[j]) for i, j in zip(a.tolist(), b.tolist(), strict=True)]
+        return np.array([min((r for kk, r in self._seen.get(key, ()) if k - self.span <= kk
+                              < k), default=np.nan) for key in keys], dtype=float)
+
     def queued(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray, rtt: np.ndarray,
-               ref: int) -> np.ndarray:
+               ref: int, floor: np.ndarray | None = None) -> np.ndarray:
         """The VMs (indices into ``vms``, never ``ref``) at least ``QUEUED_SHARE`` of whose
         pairs of window ``k`` with a floor (pairs ``(a, b)``, minimum round trips ``rtt`` ns)
         stand more than ``QUEUED_NS`` above it; then window ``k``'s round trips join the
@@ -158,10 +185,10 @@ class RttFloors:
         queue stood up has its floor's round trip and still the others' bias; not a
         majority: a VM half of whose peers are queued (an incast's ranks) is not. The
         reference stays: its bias shifts every other VM alike (offset differences,
-        collocation, keep)."""
+        collocation, keep). ``floor``: ``floor(k, vms, a, b)`` if the caller has it."""
         keys = [(vms[i], vms[j]) for i, j in zip(a.tolist(), b.tolist(), strict=True)]
-        floor = np.array([min((r for kk, r in self._seen.get(key, ()) if k - self.span <= kk
-                               < k), default=np.nan) for key in keys], dtype=float)
+        if floor is None:
+            floor = self.floor(k, vms, a, b)
         for key, r in zip(keys, rtt.tolist(), strict=True):
             seen = self._seen.setdefault(key, deque())
             seen.append((k, r))
@@ -178,6 +205,36 @@ class RttFloors:
             over &= (ah != ref) & (bh != ref)  # its queue, not its peers'
         bad = np.flatnonzero(_share(len(vms), ah, bh, over))
         return bad[bad != ref]
+
+
+def _queued_in_parts(n: int, a: np.ndarray, b: np.ndarray, part_rtt: np.ndarray,
+                     floor: np.ndarray, ref: int) -> np.ndarray:
+    """The VMs (indices of ``n``, never ``ref``) queued in so many parts of the window
+    (``PARTS``) that fewer than ``PARTS // 4`` parts are free of the queue and not next to a
+    queued one: in a part, every pair ``(a, b)`` of the VM with a ``floor`` (ns, NaN: none)
+    and probes both ways there has its round trip of the part (``part_rtt``, shape (pairs,
+    ``PARTS``), inf: none) ``QUEUED_NS`` above it. Every pair, not a share as over the
+    window: a part holds a few probes per pair (``PARTS``); the part next to a queued one
+    is what a share allowed for over the window. In a part where the reference is so
+    queued, its pairs do not count for its peers."""
+    pi, pt = np.nonzero(np.isfinite(part_rtt) & ~np.isnan(floor)[:, None])
+    over = (part_rtt[pi, pt] - floor[pi]) > QUEUED_NS
+
+    def queued(sel: np.ndarray) -> np.ndarray:
+        ka, kb = a[pi[sel]] * PARTS + pt[sel], b[pi[sel]] * PARTS + pt[sel]
+        pairs = np.bincount(ka, minlength=n * PARTS) + np.bincount(kb, minlength=n * PARTS)
+        below = np.bincount(ka[~over[sel]], minlength=n * PARTS) + np.bincount(
+            kb[~over[sel]], minlength=n * PARTS)
+        return ((pairs > 0) & (below == 0)).reshape(n, PARTS)
+
+    q = queued(np.ones(pi.size, dtype=bool))
+    if 0 <= ref and q[ref].any():  # its queue, not its peers'
+        q = queued(~(((a[pi] == ref) | (b[pi] == ref)) & q[ref][pt]))
+    near = q.copy()
+    near[:, 1:] |= q[:, :-1]
+    near[:, :-1] |= q[:, 1:]
+    bad = np.flatnonzero(q.any(axis=1) & (PARTS - near.sum(axis=1) < PARTS // 4))
+    return bad[bad != ref]
 
 
 def _share(n: int, a: np.ndarray, b: np.ndarray, over: np.ndarray) -> np.ndarray:
@@ -205,7 +262,7 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
         weight_floor_ns: floor added to the fits' residuals in the solve weights, ns.
         counts: diagnostics are added here (``pairs_too_few_pure``, ``pair_fit_failures``,
             ``pairs_inconsistent``, ``ntp_fit_failures``, ``windows_without_reference``,
-            ``solve_failures``, ``vms_queued``).
+            ``solve_failures``, ``vms_queued``, ``vms_queued_part``).
         floors: the pairs' round-trip floors from the previous windows (``RttFloors``;
             None: no history, no VM left out as queued); this window's round trips are added.
 
@@ -216,11 +273,19 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
     counts = Counter() if counts is None else counts
     t_k = k * window_ns + window_ns // 2
     vms, dsrc, ddst = records.vms, records.src, records.dst
-    pa, pb, huygens, ntp_fits, rtt = _fit_pairs(records, dsrc, ddst, guard_ns, counts)
+    pa, pb, huygens, ntp_fits, rtt, part_rtt = _fit_pairs(records, dsrc, ddst, guard_ns,
+                                                          counts, window_ns)
     if not pa.size:
         return None
-    queued = (floors.queued(k, vms, pa, pb, rtt, vms.index(ref) if ref in vms else -1)
-              if floors is not None else np.empty(0, dtype=np.int64))
+    queued = np.empty(0, dtype=np.int64)
+    if floors is not None:
+        iref = vms.index(ref) if ref in vms else -1
+        floor = floors.floor(k, vms, pa, pb)
+        queued = floors.queued(k, vms, pa, pb, rtt, iref, floor)
+        part = np.setdiff1d(_queued_in_parts(len(vms), pa, pb, part_rtt, floor, iref), queued)
+        if part.size:  # queued in most parts, not over the whole window
+            counts["vms_queued_part"] += int(part.size)
+            queued = np.union1d(queued, part)
     touch = np.isin(pa, queued) | np.isin(pb, queued)
     qa, qb, qfits = pa[touch], pb[touch], _take(huygens, touch)  # for their OWD only
     if queued.size:
@@ -341,12 +406,13 @@ def _owd(records: Records, names: list[str], src: np.ndarray, dst: np.ndarray,
 
 
 def _fit_pairs(records: Records, src: np.ndarray, dst: np.ndarray, guard_ns: float,
-               counts: Counter[str]
-               ) -> tuple[np.ndarray, np.ndarray, PairFits, PairFits, np.ndarray]:
+               counts: Counter[str], window_ns: int
+               ) -> tuple[np.ndarray, np.ndarray, PairFits, PairFits, np.ndarray, np.ndarray]:
     """The pairs (a, b) (a < b: ``src``, ``dst`` are each direction's VMs, numbered in name
     order) probed both ways with enough pure probes whose Huygens fit succeeded and is
     consistent, as arrays ``(a, b)``, with their Huygens and NTP-style fits (``ok`` False
-    where the baseline failed) (step 1)."""
+    where the baseline failed), their minimum round trips and those of the window's parts
+    (``_min_delays_ns``) (step 1)."""
     seg = segments.ids(records.starts)
     pure = pure_pairs(records.tx_ns, records.rx_ns, records.pair_id, guard_ns, seg)
     npure = np.bincount(seg[pure], minlength=records.src.size)
@@ -361,7 +427,7 @@ def _fit_pairs(records: Records, src: np.ndarray, dst: np.ndarray, guard_ns: flo
     fi = cand[~few]
     ri = back[fi]
     if not fi.size:
-        return fi, fi, None, None, fi
+        return fi, fi, None, None, fi, np.empty((0, PARTS))
     st = records.starts
     fsel, rsel = segments.ranges(st[fi], st[fi + 1]), segments.ranges(st[ri], st[ri + 1])
     fsel, rsel = fsel[pure[fsel]], rsel[pure[rsel]]  # pair by pair, each in record order
@@ -370,7 +436,7 @@ def _fit_pairs(records: Records, src: np.ndarray, dst: np.ndarray, guard_ns: flo
                records.tx_ns[rsel], records.rx_ns[rsel], segments.starts_of(nr))
     h = fit_many(p)
     counts["pair_fit_failures"] += int((~h.ok).sum())
-    fwd_min, rev_min = _min_delays_ns(h, p)
+    fwd_min, rev_min, part_rtt = _min_delays_ns(h, p, window_ns)
     consistent = h.ok & (np.minimum(fwd_min, rev_min) >= -INCONSISTENT_NS)
     # no line leaves both directions a non-negative delay: a clock step or a bad timestamp
     # inside the window
@@ -379,27 +445,39 @@ def _fit_pairs(records: Records, src: np.ndarray, dst: np.ndarray, guard_ns: flo
     n = ntp_many(p, np.maximum(1, np.minimum(8, nf // 4)))
     counts["ntp_fit_failures"] += int((consistent & ~n.ok).sum())
     return (src[fi][consistent], dst[fi][consistent], _take(h, consistent),
-            _take(n, consistent), (fwd_min + rev_min)[consistent])
+            _take(n, consistent), (fwd_min + rev_min)[consistent], part_rtt[consistent])
 
 
-def _min_delays_ns(fits: PairFits, p: Probes) -> tuple[np.ndarray, np.ndarray]:
+def _min_delays_ns(fits: PairFits, p: Probes, window_ns: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per pair the two directions' minimum one-way delays implied by its fit (ns): the
     forward one and the reverse one (their sum, the minimum round trip, does not depend on
-    the fitted offset)."""
+    the fitted offset); and, shape (pairs, ``PARTS``), its minimum round trip in each part of
+    the window (the least forward plus the least reverse delay among the part's probes, inf
+    where a direction has none), parts of ``window_ns // PARTS`` on A's clock about the
+    middle of the pair's probes."""
     base = np.round(fits.offset_ns).astype(np.int64)  # integer part first, as in agents.owd
+    n = fits.offset_ns.size
 
     def at(t, starts):
-        """Per probe (times ``t``, pairs' segments ``starts``) the fit at ``t`` and the
-        integer part of its pair's offset."""
+        """Per probe (times ``t``, pairs' segments ``starts``) the fit at ``t``, the integer
+        part of its pair's offset and its flat index (pair, part)."""
+        rel = t - segments.spread(fits.t_ref_ns, starts)
         fit = segments.spread(fits.offset_ns, starts) + segments.spread(
-            fits.drift_ppm, starts) * 1e-6 * (t - segments.spread(fits.t_ref_ns, starts)
-                                               ).astype(np.float64)
-        return fit, segments.spread(base, starts)
-    fit, b = at(p.fwd_tx, p.fwd_starts)
+            fits.drift_ppm, starts) * 1e-6 * rel.astype(np.float64)
+        part = np.clip((rel + window_ns // 2) * PARTS // window_ns, 0, PARTS - 1)
+        return fit, segments.spread(base, starts), segments.ids(starts) * PARTS + part
+
+    def least(d, flat):
+        out = np.full(n * PARTS, np.inf)
+        np.minimum.at(out, flat, d)
+        return out.reshape(n, PARTS)
+    fit, b, ff = at(p.fwd_tx, p.fwd_starts)
     fwd = (p.fwd_rx - p.fwd_tx - b).astype(np.float64) - (fit - b)
-    fit, b = at(p.rev_rx, p.rev_starts)
+    fit, b, rf = at(p.rev_rx, p.rev_starts)
     rev = (p.rev_rx - p.rev_tx + b).astype(np.float64) + (fit - b)
-    return np.minimum.reduceat(fwd, p.fwd_starts[:-1]), np.minimum.reduceat(rev, p.rev_starts[:-1])
+    return (np.minimum.reduceat(fwd, p.fwd_starts[:-1]),
+            np.minimum.reduceat(rev, p.rev_starts[:-1]), least(fwd, ff) + least(rev, rf))
 
 
 def _component(n: int, ref: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:

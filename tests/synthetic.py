@@ -31,7 +31,8 @@ def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.
             silent: Collection[str] = (),
             peers: Mapping[str, Collection[str]] | None = None, t0_ns: int = T0_NS,
             stats: AgentStats | None = None, packed: bool = True,
-            standing_ns: Mapping[tuple[str, str], float] | None = None
+            standing_ns: Mapping[tuple[str, str], float] | None = None,
+            standing_s: tuple[float, float] | None = None
             ) -> Iterator[list[Report]]:
     """Every VM's report after each ``chunk_s`` of true time, from ``t0_ns + start_s`` for
     ``seconds``.
@@ -42,7 +43,9 @@ def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.
     (mean) of independent jitter; in 20 % of the pairs the second probe waits for more
     (an impure pair). ``silent`` VMs neither probe, answer nor report (a paused VM);
     ``stats`` is every report's counters (default zeros); ``standing_ns[(src, dst)]``: a
-    queue that stands all along, added to every probe of that direction. The records are packed
+    queue that stands all along, added to every probe of that direction, or only to those sent
+    within ``standing_s = (from_s, to_s)``, true seconds after ``t0_ns`` (a flow that covers
+    a part of a window: its queue stands up and drains at once). The records are packed
     (``Report.rx_packed``, as the agents send them), or JSON rows (``Report.rx``) with
     ``packed=False``.
     """
@@ -51,6 +54,8 @@ def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.
     standing_ns = standing_ns or {}
     names = sorted(specs)
     peers = peers or {v: [p for p in names if p != v] for v in names}
+    stand_lo, stand_hi = ((t0_ns + int(standing_s[0] * S), t0_ns + int(standing_s[1] * S))
+                          if standing_s is not None else (-1, 1 << 62))
     t = t0_ns + int(start_s * S)
     end = t + int(seconds * S)
     while t < end:
@@ -70,7 +75,8 @@ def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.
                         q = common + rng.expovariate(1 / 300)
                         if idx == 1 and rng.random() < 0.2:  # cross traffic between them
                             q += rng.expovariate(1 / mean_q)
-                        rx_true = tx_true + dmin_ns + int(q + stand)
+                        stood = stand if stand_lo <= tx_true < stand_hi else 0
+                        rx_true = tx_true + dmin_ns + int(q + stood)
                         rx[dst].setdefault(src, []).append(
                             [pid, idx, specs[src].to_vm_ns(tx_true),
                              specs[dst].to_vm_ns(rx_true)])

@@ -379,6 +379,35 @@ def test_vm_behind_a_standing_queue_is_left_out_not_taken_as_an_offset():
     assert groups == [["vm1", "vm2"], ["vm3", "vm4"], ["vm5", "vm6"]], st.collocation
 
 
+@pytest.mark.parametrize(("stands", "left_out"), [
+    ((6.05, 10.0), True),   # all of window [6, 8] s but its first 50 ms
+    ((6.0, 9.95), True),    # all of window [8, 10] s but its last 50 ms
+    ((6.0, 7.0), False),    # half of window [6, 8] s: a fit on the other half
+])
+def test_vm_queued_for_a_part_of_a_window(stands, left_out):
+    # vm5's queue (600 us) stands for all of a window but a few of its probes: their round
+    # trips are the floor's, so the window's are too, and the rule over whole windows kept
+    # vm5; its pairs' fits tilted under the queued probes (drift -300 ppm) or had a tiny
+    # weight, and vm5 was 298-301 us off. Judged in parts of the window, it is left out
+    specs = _three_hosts()
+    coord = Coordinator(window_s=2.0)
+    simulate(coord, specs, 6)
+    simulate(coord, specs, 8, hello=False, start_s=6, seed=2, standing_s=stands,
+             standing_ns={("vm5", v): 600_000 for v in specs if v != "vm5"})
+    simulate(coord, specs, 6, hello=False, start_s=14, seed=3)
+    st = coord.state()
+    errs = errors(st, specs)
+    # measured: vm5 left out of both windows (0.1 us off, kept, on half a window; every VM
+    # within 0.08 us); before: 298.1 and 301.2 us off
+    assert max(e[0] for e in errs) < 1_500, errs
+    held = [round(h.t_ns / S) % 1000 for h in st.history if "vm5" not in h.vms]
+    # with the window the queue covers whole ([8, 10] or [6, 8] s), or none
+    assert len(held) == 2 * left_out, held
+    assert st.counters.get("vms_queued_part", 0) == left_out, st.counters
+    groups = sorted(g.members for g in st.collocation.groups)
+    assert groups == [["vm1", "vm2"], ["vm3", "vm4"], ["vm5", "vm6"]], st.collocation
+
+
 def test_queued_vms_found_against_each_pairs_own_floor():
     from agents.window import QUEUED_NS, RttFloors
     # 8 VMs, round trips 6-20 us idle, and vm index 7's pairs 800 us longer (a far VM: a
