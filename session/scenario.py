@@ -137,7 +137,8 @@ class JobSpec(JobConfig):
     name: str = Field(examples=["train"])
     ranks: int = Field(4, ge=1)
     placement: str | list[str] = Field("naive", description="naive, collocation_aware (from "
-                                       "the agents' groups) or a list of VMs, one per rank",
+                                       "the agents' groups as the jobs begin) or a list of "
+                                       "VMs, one per rank",
                                        examples=["naive", ["vm1", "vm3"]])
     pacer: Literal["off", "sense", "pace"] = Field(
         "off", description="the pacer in the job's VMs while it runs: sense (measure TCP and "

@@ -382,16 +382,26 @@ class Session:
         """The scenario's jobs one after another (but those of ``cassini`` sets and
         ``two_step``), each with its pacers (``session.edge``); one ``jobs`` entry each
         (errors included), with the lab's queue drops during the job (``fabric_drops``, and
-        per link ``drops_by_link``)."""
+        per link ``drops_by_link``). Every job's VMs are chosen as the jobs begin, from the
+        agents' groups then: a later job is not placed from groups that an earlier job's
+        load moved (quickstart: {vm1, vm2} split while the naive job ran on them, and the
+        aware job got both)."""
         own_turn = self.sc.own_turn_jobs()
-        for spec in self.sc.jobs:
+        specs = [s for s in self.sc.jobs if s.name not in own_turn]
+        chosen: dict[str, list[str] | LabError] = {}
+        for spec in specs:
+            try:
+                chosen[spec.name] = self.choose(spec)
+            except LabError as e:
+                chosen[spec.name] = e
+        for spec in specs:
             if self._halt.is_set():
                 return
-            if spec.name in own_turn:
-                continue
             policy = spec.placement if isinstance(spec.placement, str) else "explicit"
             try:
-                vms = self.choose(spec)
+                vms = chosen[spec.name]
+                if isinstance(vms, LabError):
+                    raise vms
                 self.progress(f"job {spec.name}: {spec.collective} on {' '.join(vms)}")
                 before = self.call(incast.drops, self.lab)
                 with job_edge(self.lab, self.mesh, vms, spec.pacer, self.sc.pacer) as sensed:
