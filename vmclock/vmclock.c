@@ -308,21 +308,6 @@ int sem_timedwait(sem_t *restrict sem, const struct timespec *restrict abs)
     return real(sem, true_deadline(CLOCK_REALTIME, abs, &t));
 }
 
-int sem_clockwait(sem_t *restrict sem, clockid_t id, const struct timespec *restrict abs)
-{
-    REAL(sem_clockwait);
-    struct timespec t;
-    return real(sem, id, true_deadline(id, abs, &t));
-}
-
-int pthread_cond_clockwait(pthread_cond_t *restrict cond, pthread_mutex_t *restrict mutex,
-                           clockid_t id, const struct timespec *restrict abs)
-{
-    REAL(pthread_cond_clockwait);
-    struct timespec t;
-    return real(cond, mutex, id, true_deadline(id, abs, &t));
-}
-
 int pthread_cond_timedwait(pthread_cond_t *restrict cond, pthread_mutex_t *restrict mutex,
                            const struct timespec *restrict abs)
 {
@@ -342,32 +327,17 @@ int pthread_mutex_timedlock(pthread_mutex_t *restrict mutex, const struct timesp
     return real(mutex, true_deadline(CLOCK_REALTIME, abs, &t));
 }
 
-int pthread_mutex_clocklock(pthread_mutex_t *restrict mutex, clockid_t id,
-                            const struct timespec *restrict abs)
-{
-    REAL(pthread_mutex_clocklock);
-    struct timespec t;
-    return real(mutex, id, true_deadline(id, abs, &t));
-}
-
-/* pthread_rwlock_timedrdlock/clockrdlock and the wrlock pair */
-#define RWLOCK_WAITS(op)                                                                   \
+/* pthread_rwlock_timedrdlock, pthread_rwlock_timedwrlock */
+#define RWLOCK_TIMED(op)                                                                   \
     int pthread_rwlock_timed##op##lock(pthread_rwlock_t *restrict lock,                    \
                                        const struct timespec *restrict abs)                \
     {                                                                                      \
         REAL(pthread_rwlock_timed##op##lock);                                              \
         struct timespec t;                                                                 \
         return real(lock, true_deadline(CLOCK_REALTIME, abs, &t));                         \
-    }                                                                                      \
-    int pthread_rwlock_clock##op##lock(pthread_rwlock_t *restrict lock, clockid_t id,      \
-                                       const struct timespec *restrict abs)                \
-    {                                                                                      \
-        REAL(pthread_rwlock_clock##op##lock);                                              \
-        struct timespec t;                                                                 \
-        return real(lock, id, true_deadline(id, abs, &t));                                 \
     }
-RWLOCK_WAITS(rd)
-RWLOCK_WAITS(wr)
+RWLOCK_TIMED(rd)
+RWLOCK_TIMED(wr)
 
 int pthread_timedjoin_np(pthread_t thread, void **ret, const struct timespec *abs)
 {
@@ -376,12 +346,53 @@ int pthread_timedjoin_np(pthread_t thread, void **ret, const struct timespec *ab
     return real(thread, ret, true_deadline(CLOCK_REALTIME, abs, &t));
 }
 
+/* The calls that name their clock: glibc 2.30 (pthread_clockjoin_np 2.31); an older glibc
+   (RHEL 8's 2.28) has none of them to replace. */
+#if __GLIBC_PREREQ(2, 30)
+int sem_clockwait(sem_t *restrict sem, clockid_t id, const struct timespec *restrict abs)
+{
+    REAL(sem_clockwait);
+    struct timespec t;
+    return real(sem, id, true_deadline(id, abs, &t));
+}
+
+int pthread_cond_clockwait(pthread_cond_t *restrict cond, pthread_mutex_t *restrict mutex,
+                           clockid_t id, const struct timespec *restrict abs)
+{
+    REAL(pthread_cond_clockwait);
+    struct timespec t;
+    return real(cond, mutex, id, true_deadline(id, abs, &t));
+}
+
+int pthread_mutex_clocklock(pthread_mutex_t *restrict mutex, clockid_t id,
+                            const struct timespec *restrict abs)
+{
+    REAL(pthread_mutex_clocklock);
+    struct timespec t;
+    return real(mutex, id, true_deadline(id, abs, &t));
+}
+
+/* pthread_rwlock_clockrdlock, pthread_rwlock_clockwrlock */
+#define RWLOCK_CLOCK(op)                                                                   \
+    int pthread_rwlock_clock##op##lock(pthread_rwlock_t *restrict lock, clockid_t id,      \
+                                       const struct timespec *restrict abs)                \
+    {                                                                                      \
+        REAL(pthread_rwlock_clock##op##lock);                                              \
+        struct timespec t;                                                                 \
+        return real(lock, id, true_deadline(id, abs, &t));                                 \
+    }
+RWLOCK_CLOCK(rd)
+RWLOCK_CLOCK(wr)
+#endif
+
+#if __GLIBC_PREREQ(2, 31)
 int pthread_clockjoin_np(pthread_t thread, void **ret, clockid_t id, const struct timespec *abs)
 {
     REAL(pthread_clockjoin_np);
     struct timespec t;
     return real(thread, ret, id, true_deadline(id, abs, &t));
 }
+#endif
 
 /* ---- socket timestamps ---- */
 
