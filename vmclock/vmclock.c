@@ -273,6 +273,11 @@ int timespec_get(struct timespec *ts, int base)
 
 /* ---- absolute deadlines ---- */
 
+#define FOREVER_S (1LL << 32)
+/* A deadline further than this (s, 136 years) is left as it is: programs write "never" as a
+   huge tv_sec (C++'s time_point::max()), which the conversion's nanoseconds would overflow
+   into a deadline already past. */
+
 /* A deadline ``abs`` on the VM's clock ``id`` as one on the machine's: the VM interval left
    from now, on the machine's clock (the rate error, the drift, is < 1e-3). ``abs`` itself
    without a VM clock or with an invalid time (the real call then says EINVAL). Without this a
@@ -283,10 +288,11 @@ static const struct timespec *true_deadline(clockid_t id, const struct timespec 
                                             struct timespec *out)
 {
     struct timespec vnow;
-    if (!abs || abs->tv_nsec < 0 || abs->tv_nsec >= NS || !clock_map() ||
-        clock_gettime(id, &vnow) != 0)
-        return abs;
-    int64_t left = (abs->tv_sec - vnow.tv_sec) * NS + (abs->tv_nsec - vnow.tv_nsec);
+    if (!abs || abs->tv_sec < 0 || abs->tv_nsec < 0 || abs->tv_nsec >= NS || !clock_map() ||
+        clock_gettime(id, &vnow) != 0 || abs->tv_sec - FOREVER_S > vnow.tv_sec)
+        return abs;  /* the real call's EINVAL, or a deadline that means "never" */
+    int64_t left = abs->tv_sec < vnow.tv_sec ? 0 :
+        (abs->tv_sec - vnow.tv_sec) * NS + (abs->tv_nsec - vnow.tv_nsec);
     set_ts(out, true_ns(id) + (left > 0 ? left : 0));
     return out;
 }

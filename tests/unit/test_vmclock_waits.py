@@ -3,7 +3,8 @@ VM's offset: a deadline a program computes from the VM clock is converted to the
 before the kernel sees it (``vmclock.c``: ``true_deadline``). Before, a VM 200 ms behind the
 machine returned from ``Event.wait(0.3)`` after 0.1 s and spun through ``Queue.get(timeout)``
 (Python re-waits the remainder, whose deadline had already passed on the machine's clock),
-and a VM 200 ms ahead waited 0.5 s."""
+and a VM 200 ms ahead waited 0.5 s. A deadline meaning "never" stays never (its conversion
+must not overflow into one already past)."""
 from __future__ import annotations
 
 import os
@@ -30,7 +31,7 @@ class TS(ctypes.Structure):
     _fields_ = [("s", ctypes.c_long), ("ns", ctypes.c_long)]
 
 
-def cond_wait(clock):
+def cond_wait(clock, forever=False):
     attr, cond, mtx = (ctypes.create_string_buffer(64) for _ in range(3))
     libc.pthread_condattr_init(attr)
     if clock is not None:
@@ -40,6 +41,15 @@ def cond_wait(clock):
     libc.pthread_mutex_lock(mtx)
     now = time.clock_gettime_ns(time.CLOCK_MONOTONIC if clock is not None
                                 else time.CLOCK_REALTIME)
+    if forever:  # "never" as a huge tv_sec (C++'s time_point::max()): signalled after timeout
+        def signal():
+            time.sleep(timeout)
+            libc.pthread_mutex_lock(mtx)
+            libc.pthread_cond_signal(cond)
+            libc.pthread_mutex_unlock(mtx)
+        threading.Thread(target=signal, daemon=True).start()
+        assert libc.pthread_cond_timedwait(cond, mtx, ctypes.byref(TS(2**62, 0))) == 0
+        return
     d = now + int(timeout * 1e9)
     assert libc.pthread_cond_timedwait(cond, mtx, ctypes.byref(TS(d // 10**9, d % 10**9))) == 110
 
@@ -56,6 +66,8 @@ elif kind == "cond_monotonic":
     cond_wait(time.CLOCK_MONOTONIC)
 elif kind == "cond_realtime":
     cond_wait(None)
+elif kind == "cond_forever":
+    cond_wait(None, forever=True)
 else:  # a mutex this thread holds: the timed lock waits out its deadline
     mtx = ctypes.create_string_buffer(64)
     libc.pthread_mutex_init(mtx, None)
@@ -78,7 +90,7 @@ def clock_file(tmp_path):
 
 @pytest.mark.parametrize("offset_ms", [-200.0, 200.0])
 @pytest.mark.parametrize("kind", ["event", "queue", "cond_monotonic", "cond_realtime",
-                                  "mutex"])
+                                  "cond_forever", "mutex"])
 def test_a_timed_wait_lasts_its_timeout_on_the_vm_clock(clock_file, kind, offset_ms):
     """Measured on the VM's own clock (the child's ``time.monotonic``): not early by the
     offset, not late by it; the wait sleeps (its CPU is a fraction of the wait)."""
