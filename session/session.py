@@ -388,11 +388,11 @@ class Session:
         aware job got both)."""
         own_turn = self.sc.own_turn_jobs()
         specs = [s for s in self.sc.jobs if s.name not in own_turn]
-        chosen: dict[str, list[str] | LabError] = {}
+        chosen: dict[str, list[str] | LabError | ValueError] = {}
         for spec in specs:
             try:
                 chosen[spec.name] = self.choose(spec)
-            except LabError as e:
+            except (LabError, ValueError) as e:  # that job's error; the others run
                 chosen[spec.name] = e
         for spec in specs:
             if self._halt.is_set():
@@ -400,7 +400,7 @@ class Session:
             policy = spec.placement if isinstance(spec.placement, str) else "explicit"
             try:
                 vms = chosen[spec.name]
-                if isinstance(vms, LabError):
+                if isinstance(vms, Exception):
                     raise vms
                 self.progress(f"job {spec.name}: {spec.collective} on {' '.join(vms)}")
                 before = self.call(incast.drops, self.lab)
@@ -410,7 +410,7 @@ class Session:
                 entry["drops_by_link"] = {k: n - before.get(k, 0) for k, n in after.items()
                                           if n > before.get(k, 0)}
                 entry["fabric_drops"] = sum(entry["drops_by_link"].values())
-            except LabError as e:
+            except (LabError, ValueError) as e:
                 self.job_entries[spec.name] = {"name": spec.name, "collective": spec.collective,
                                                "error": str(e), "verified": False,
                                                "completion_s": None}
