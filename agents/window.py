@@ -76,9 +76,10 @@ PARTS = 8
 """Parts of a window (250 ms at 2 s) in each of which a VM's pairs are judged against their
 floors too (``vms_queued_part``): all of its pairs with probes both ways in the part stand
 ``QUEUED_NS`` above their floors (each pair's least round trip about its fitted line among
-the part's probes) in the part. A VM queued so in a part, and in the parts next to it, is
-left out of the window when fewer than ``PARTS // 4`` parts are free of its queue (a flow
-that covers all of a window but 50 ms): the few probes it sent before the queue stood (or
+the part's probes) in the part. A VM queued so in all but fewer than ``PARTS // 4`` parts is
+left out of the window (a flow that covers all of a window but 50 ms; a part the queue
+covered only in part reads free, its least round trip the floor's; a queue in scattered
+parts, bursts a few times a window, keeps the VM): the few probes it sent before the queue stood (or
 after it drained) left some pairs' fits free to tilt (drift ~q / window) under its queued
 probes, a band as wide as the floor's with the offset at the centre q/2 low, while the fits
 that stayed right had few probes at their envelopes and a tiny weight (``residual_ns``
@@ -210,13 +211,12 @@ class RttFloors:
 def _queued_in_parts(n: int, a: np.ndarray, b: np.ndarray, part_rtt: np.ndarray,
                      floor: np.ndarray, ref: int) -> np.ndarray:
     """The VMs (indices of ``n``, never ``ref``) queued in so many parts of the window
-    (``PARTS``) that fewer than ``PARTS // 4`` parts are free of the queue and not next to a
-    queued one: in a part, every pair ``(a, b)`` of the VM with a ``floor`` (ns, NaN: none)
-    and probes both ways there has its round trip of the part (``part_rtt``, shape (pairs,
-    ``PARTS``), inf: none) ``QUEUED_NS`` above it. Every pair, not a share as over the
-    window: a part holds a few probes per pair (``PARTS``); the part next to a queued one
-    is what a share allowed for over the window. In a part where the reference is so
-    queued, its pairs do not count for its peers."""
+    (``PARTS``) that fewer than ``PARTS // 4`` parts are free of the queue: in a part, every
+    pair ``(a, b)`` of the VM with a ``floor`` (ns, NaN: none) and probes both ways there has
+    its round trip of the part (``part_rtt``, shape (pairs, ``PARTS``), inf: none)
+    ``QUEUED_NS`` above it. Every pair, not a share as over the window: a part holds a few
+    probes per pair (``PARTS``). In a part where the reference is so queued, its pairs do not
+    count for its peers."""
     pi, pt = np.nonzero(np.isfinite(part_rtt) & ~np.isnan(floor)[:, None])
     over = (part_rtt[pi, pt] - floor[pi]) > QUEUED_NS
 
@@ -230,10 +230,7 @@ def _queued_in_parts(n: int, a: np.ndarray, b: np.ndarray, part_rtt: np.ndarray,
     q = queued(np.ones(pi.size, dtype=bool))
     if 0 <= ref and q[ref].any():  # its queue, not its peers'
         q = queued(~(((a[pi] == ref) | (b[pi] == ref)) & q[ref][pt]))
-    near = q.copy()
-    near[:, 1:] |= q[:, :-1]
-    near[:, :-1] |= q[:, 1:]
-    bad = np.flatnonzero(q.any(axis=1) & (PARTS - near.sum(axis=1) < PARTS // 4))
+    bad = np.flatnonzero(q.any(axis=1) & (PARTS - q.sum(axis=1) < PARTS // 4))
     return bad[bad != ref]
 
 

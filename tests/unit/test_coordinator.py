@@ -408,6 +408,25 @@ def test_vm_queued_for_a_part_of_a_window(stands, left_out):
     assert groups == [["vm1", "vm2"], ["vm3", "vm4"], ["vm5", "vm6"]], st.collocation
 
 
+@pytest.mark.parametrize(("parts", "left_out"), [
+    ([1, 4, 7], False),             # bursts three times a window: 5 parts free
+    ([0, 3, 6], False),
+    ([0, 1, 2, 3, 4, 5], False),    # the last 500 ms free: a fit there is 0.1-0.4 us off
+    ([0, 1, 2, 3, 4, 5, 6], True),  # all but the last part (or less) free
+])
+def test_queued_in_parts_counts_the_parts_free_of_the_queue(parts, left_out):
+    from agents.window import PARTS, QUEUED_NS, _queued_in_parts
+    # 5 VMs, every pair's floor 40 us, its parts' round trips 42 us, but vm index 3's pairs
+    # 70 us above their floors in ``parts``: left out only when fewer than PARTS // 4 parts
+    # are free (an earlier rule also took the parts next to a queued one as queued, and left
+    # out the VM of scattered bursts with 5 free parts)
+    a, b = np.triu_indices(5, 1)
+    part_rtt = np.full((a.size, PARTS), 42e3)
+    part_rtt[np.ix_((a == 3) | (b == 3), parts)] = 40e3 + QUEUED_NS + 20e3
+    got = _queued_in_parts(5, a, b, part_rtt, np.full(a.size, 40e3), 0)
+    assert got.tolist() == ([3] if left_out else [])
+
+
 def test_queued_vms_found_against_each_pairs_own_floor():
     from agents.window import QUEUED_NS, RttFloors
     # 8 VMs, round trips 6-20 us idle, and vm index 7's pairs 800 us longer (a far VM: a
