@@ -385,7 +385,8 @@ class Session:
         per link ``drops_by_link``). Every job's VMs are chosen as the jobs begin, from the
         agents' groups then: a later job is not placed from groups that an earlier job's
         load moved (quickstart: {vm1, vm2} split while the naive job ran on them, and the
-        aware job got both)."""
+        aware job got both); a job that could not be placed then (no groups yet: a timeline
+        shorter than the agents take to find them) is placed at its turn."""
         own_turn = self.sc.own_turn_jobs()
         specs = [s for s in self.sc.jobs if s.name not in own_turn]
         chosen: dict[str, list[str] | LabError | ValueError] = {}
@@ -401,7 +402,7 @@ class Session:
             try:
                 vms = chosen[spec.name]
                 if isinstance(vms, Exception):
-                    raise vms
+                    vms = self.choose(spec)
                 self.progress(f"job {spec.name}: {spec.collective} on {' '.join(vms)}")
                 before = self.call(incast.drops, self.lab)
                 with job_edge(self.lab, self.mesh, vms, spec.pacer, self.sc.pacer) as sensed:

@@ -52,10 +52,9 @@ def run(lab: Lab, mesh: AgentMesh, spec: JobSpec, pacer: PacerSpec,
     last pacer reports (VM -> ``PacerReport``).
 
     Args:
-        choose: placement policy -> the job's VMs (``Session.choose``), asked once a policy
-            and for every policy before the first step runs: the aware steps run on the same
-            VMs, chosen from groups the naive step's load did not move (the story compares
-            the steps on one placement).
+        choose: placement policy -> the job's VMs (``Session.choose``), asked once a policy:
+            the aware steps run on the same VMs even when the agents' groups change between
+            steps (the story compares the steps on one placement).
         count_drops: the lab's queue drops so far (``drops``, run on the lab's thread).
         steps: each step's entry is appended here as soon as it is done (a live view).
 
@@ -66,20 +65,15 @@ def run(lab: Lab, mesh: AgentMesh, spec: JobSpec, pacer: PacerSpec,
     """
     steps = [] if steps is None else steps
     reports = {}
-    chosen: dict[str, list[str] | LabError | ValueError] = {}
-    for policy in dict.fromkeys(p for _, p, _, _ in STEPS):  # before any step loads the VMs
-        try:
-            chosen[policy] = choose(policy)
-        except (LabError, ValueError) as e:
-            chosen[policy] = e
+    chosen: dict[str, list[str]] = {}
     for name, policy, mode, cc in STEPS:
         entry = {"name": name, "pacer": mode, "cc": cc or spec.cc, "vms": [], "completion_s": None,
                  "fabric_drops": None, "probes_lost": None, "retransmits": None, "rtos": None,
                  "owd_p99_us": None,
                  "verified": False, "error": None}
         try:
-            if isinstance(chosen[policy], Exception):
-                raise chosen[policy]
+            if policy not in chosen:
+                chosen[policy] = choose(policy)
             vms = entry["vms"] = list(chosen[policy])
             progress(f"two_step {name}: {spec.collective} on {' '.join(vms)}, pacer {mode}"
                      + (f", {cc}" if cc else ""))
