@@ -19,6 +19,7 @@ the iperf3 load and the jobs run in their own threads; jobs start ranks with ``v
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -389,20 +390,16 @@ class Session:
         shorter than the agents take to find them) is placed at its turn."""
         own_turn = self.sc.own_turn_jobs()
         specs = [s for s in self.sc.jobs if s.name not in own_turn]
-        chosen: dict[str, list[str] | LabError | ValueError] = {}
+        chosen: dict[str, list[str]] = {}
         for spec in specs:
-            try:
+            with contextlib.suppress(LabError, ValueError):  # placed at its turn instead
                 chosen[spec.name] = self.choose(spec)
-            except (LabError, ValueError) as e:  # that job's error; the others run
-                chosen[spec.name] = e
         for spec in specs:
             if self._halt.is_set():
                 return
             policy = spec.placement if isinstance(spec.placement, str) else "explicit"
             try:
-                vms = chosen[spec.name]
-                if isinstance(vms, Exception):
-                    vms = self.choose(spec)
+                vms = chosen.get(spec.name) or self.choose(spec)
                 self.progress(f"job {spec.name}: {spec.collective} on {' '.join(vms)}")
                 before = self.call(incast.drops, self.lab)
                 with job_edge(self.lab, self.mesh, vms, spec.pacer, self.sc.pacer) as sensed:

@@ -279,7 +279,9 @@ int timespec_get(struct timespec *ts, int base)
    into a deadline already past. */
 
 /* A deadline ``abs`` on the VM's clock ``id`` as one on the machine's: the VM interval left
-   from now, on the machine's clock (the rate error, the drift, is < 1e-3). ``abs`` itself
+   from now, on the machine's clock (off by the VM clock's rate error: its drift, < 1e-3,
+   unless the VM's own adjtimex set another tick; a step of the VM clock during the wait does
+   not move it). ``abs`` itself
    without a VM clock or with an invalid time (the real call then says EINVAL). Without this a
    program whose VM clock is behind the machine's spins through the last |offset| of every
    wait that re-waits its remainder (Python's Queue.get(timeout), its GIL's 5 ms waits), and
