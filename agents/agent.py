@@ -22,7 +22,7 @@ What it does (Huygens, Geng et al., NSDI 2018, with kernel software timestamps):
   it during the last two windows, so each probed pair has both directions (the fit needs
   both).
 * Reports go to the coordinator over TCP as JSON lines (``API.md``, "Agent reports"), every
-  ``report_s``, their records packed (``agents.messages.PackedRecords``, grouped by the
+  ``report_s``, their records packed (``contracts.messages.PackedRecords``, grouped by the
   compiled side: no Python per record). The connection is re-established with exponential
   backoff (0.2 s .. 5 s, jittered). Records wait in a bounded buffer: when full, the oldest
   are dropped and counted (``records_dropped``).
@@ -47,9 +47,9 @@ from collections import Counter, deque
 from dataclasses import dataclass
 
 from agents.clock import Clock, ClockSpec
-from agents.messages import REPORT_SCHEMA, AgentStats, Hello, PackedRecords, Report
 from agents.probe import length, node_id, peer_ids
 from agents.probeio import ProbeIO, Record
+from contracts.messages import REPORT_SCHEMA, AgentStats, Hello, PackedRecords, Report
 
 __all__ = ["Agent", "AgentConfig", "ClockView", "RecordBuffer", "Reporter"]
 

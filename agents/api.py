@@ -1,7 +1,7 @@
 """The coordinator's servers: the agents' report listener (TCP, JSON lines of
 ``nslab.report/2``) and the HTTP API (``GET /api/v1/state``, ``/api/v1/health``), each in a
 daemon thread beside the window processing (``Service``, ``serve``). Formats: ``API.md``,
-``agents.messages``.
+``contracts.messages``.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlparse
 from pydantic import BaseModel
 
 from agents.coordinator import Coordinator
-from agents.messages import parse_message
+from contracts.messages import parse_message
 
 __all__ = ["Service", "serve"]
 

@@ -35,6 +35,8 @@ import struct
 import time
 from dataclasses import dataclass, field
 
+from contracts.enums import SEGMENT_KINDS
+
 SCHEMA = "nslab.clock/2"
 ENV_VAR = "NSLAB_CLOCK"
 _NS = 1_000_000_000
@@ -48,7 +50,7 @@ HEADER = struct.Struct("<8sII32sqqi4xqqq")
 # wander (amplitude_ppm, period_s, phase_rad) x MAX_WANDER, host
 SEGMENT = struct.Struct("<qddddqdII" + "d" * 3 * MAX_WANDER + "32s")
 STALE_OFFSET = 8
-KINDS = ("start", "step", "migrate", "vm_frequency", "vm_step")
+KINDS = SEGMENT_KINDS
 STA_UNSYNC = 0x0040
 # Linux defaults after boot: tick 10000 us (USER_HZ 100), no correction, unsynchronized,
 # maxerror/esterror NTP_PHASE_LIMIT (16 s in us), time constant 2

@@ -29,7 +29,7 @@ Pipeline for each window k (``window_s`` long on the reference VM's clock; centr
    consecutive windows (continuous: a clock step leaves a window without its estimate).
 
 The servers (agents' TCP reports, the HTTP API) are in ``agents.api``; the documents in
-``agents.messages``.
+``contracts.messages``.
 
 Source: Geng et al., "Exploiting a Natural Network Effect for Scalable, Fine-grained Clock
 Synchronization", NSDI 2018 (coded probes, envelope fit, network effect, per-window estimates).
@@ -49,7 +49,8 @@ from agents.clock import Clock
 from agents.collocation import group
 from agents.estimate import line_fits
 from agents.ingest import LIVE_S, AgentInfo, Inbox
-from agents.messages import (
+from agents.window import RttFloors, WindowResult, solve_window
+from contracts.messages import (
     HEALTH_SCHEMA,
     STATE_SCHEMA,
     Collocation,
@@ -63,7 +64,6 @@ from agents.messages import (
     Report,
     VmState,
 )
-from agents.window import RttFloors, WindowResult, solve_window
 
 __all__ = ["DRIFT_WINDOWS", "Coordinator"]
 
@@ -155,7 +155,7 @@ class Coordinator:
             self.counters[key] += n
 
     def ingest(self, msg: Hello | Report | PacerReport) -> str:
-        """Take one agent message (``agents.messages.parse_message`` reads a line); returns
+        """Take one agent message (``contracts.messages.parse_message`` reads a line); returns
         the VM name.
 
         Raises:

@@ -30,9 +30,9 @@ from itertools import chain
 import numpy as np
 
 from agents.clock import Clock
-from agents.messages import RECORD, AgentStats, Hello, PackedRecords, Report
 from agents.segments import starts_of
 from agents.window import Records
+from contracts.messages import RECORD, AgentStats, Hello, PackedRecords, Report
 
 __all__ = ["LIVE_S", "AgentInfo", "Inbox"]
 
@@ -201,7 +201,7 @@ class Inbox:
 
     def _unpack(self, packed: PackedRecords) -> np.ndarray | None:
         """``Report.rx_packed`` as an (n, 4) int64 array; records that are not
-        ``sum(counts)`` records of ``senders`` (``agents.messages.pack_records``) are counted
+        ``sum(counts)`` records of ``senders`` (``contracts.messages.pack_records``) are counted
         in ``bad_records`` as the records their length would hold (at least one) and left out
         (None)."""
         raw = packed.records

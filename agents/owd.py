@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from agents import segments
-from agents.messages import OwdStats
+from contracts.messages import OwdStats
 
 __all__ = ["asymmetry_many", "asymmetry_us", "natural_key", "owd_many", "owd_stats"]
 

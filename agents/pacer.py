@@ -55,9 +55,9 @@ from agents.agent import SO_TIMESTAMPING, ClockView
 from agents.clock import Clock
 from agents.gate import GateConfig
 from agents.hold import Holder
-from agents.messages import CoordinatorState, PacerDest, PacerReport
 from agents.pacerio import Engine
 from agents.tcpsense import by_destination, netstat, sense
+from contracts.messages import CoordinatorState, PacerDest, PacerReport
 
 __all__ = ["Pacer", "PacerConfig", "Sync"]
 

@@ -172,7 +172,7 @@ class ProbeIO:
         """Records for a report: ``records`` (``Record`` each, as ``run`` returns them, any
         number of runs' joined) grouped by peer. Returns how many each peer index has and the
         records as four little-endian int64 each (``pair_id, idx, tx_ns, rx_ns``:
-        ``agents.messages.RECORD``), peer by peer in index order.
+        ``contracts.messages.RECORD``), peer by peer in index order.
 
         Raises:
             ValueError: ``records`` is not whole records, or one names no peer.

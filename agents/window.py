@@ -46,9 +46,9 @@ from scipy.sparse.csgraph import connected_components
 
 from agents import segments
 from agents.estimate import PairFits, Probes, fit_many, ntp_many, pure_pairs
-from agents.messages import OwdStats
 from agents.network import GraphSolve, NodeEstimate
 from agents.owd import asymmetry_many, owd_many
+from contracts.messages import OwdStats
 
 __all__ = ["FLOOR_WINDOWS", "INCONSISTENT_NS", "MIN_PURE", "PARTS", "QUEUED_NS", "QUEUED_SHARE",
            "Records", "RttFloors", "WindowResult", "solve_window"]

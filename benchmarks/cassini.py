@@ -23,7 +23,8 @@ from itertools import zip_longest
 
 from mininet.log import setLogLevel
 
-from session.results import fidelity_line, validate
+from contracts.results import validate
+from report.text import fidelity_line
 from session.scenario import load, resolve
 from session.session import Session
 

@@ -14,7 +14,7 @@ of ``tests/synthetic.py`` (20 us minimum, exponential queueing, 20 % impure pair
 report every 0.5 s as the JSON line an agent sends. It is made once per size, vectorised, and
 written to temporary files in both forms of the records: JSON rows (``nslab.report/1``) and
 packed (``nslab.report/2``); each coordinator then reads, in its own process (the tree on
-``PYTHONPATH``), the form its own tree's agents send (packed when its ``agents.messages`` has
+``PYTHONPATH``), the form its own tree's agents send (packed when its ``contracts.messages`` has
 ``pack_records``) exactly as its report listener does: ``parse_message`` per line,
 ``ingest``, and ``step`` after every 0.5 s of reports.
 
@@ -99,7 +99,7 @@ def make_feed(path: str, vms: int, seconds: float, rate: float, peers: int, seed
     (``nslab.report/1``) and ``path + ".packed"`` packed (``nslab.report/2``, what the agents
     send): hellos, then per chunk one report line per VM and a blank line; returns
     ``(specs, phys, records)``."""
-    from agents.messages import pack_records
+    from contracts.messages import pack_records
     specs, phys = clocks(vms, seed)
     names = sorted(specs)
     rng = np.random.default_rng(seed + 1)
@@ -162,9 +162,9 @@ def make_feed(path: str, vms: int, seconds: float, rate: float, peers: int, seed
 def worker(path: str) -> None:
     """Feed the coordinator on ``PYTHONPATH`` from ``path`` (``.packed`` when its tree reads
     packed records, else ``.json``); print a JSON summary."""
-    from agents import messages
     from agents.coordinator import Coordinator
-    from agents.messages import parse_message
+    from contracts import messages
+    from contracts.messages import parse_message
     path += ".packed" if hasattr(messages, "pack_records") else ".json"
     try:  # as the tree's coordinator daemon starts (agents/__main__.py), when it does
         from agents.heap import settle
@@ -228,7 +228,7 @@ def run(tree: str, *args: str) -> dict:
 
 def score(res: dict, specs: dict, phys: dict) -> dict:
     from agents.collocation import precision_recall
-    from agents.messages import CoordinatorState
+    from contracts.messages import CoordinatorState
     from session.scoring import sync_section, truth_groups
     st = CoordinatorState.model_validate(res["state"])
     sync = sync_section(st.history, specs, st.reference, T0_NS, skip_windows=1,

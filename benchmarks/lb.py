@@ -24,8 +24,9 @@ from pathlib import Path
 
 from mininet.log import setLogLevel
 
+from contracts.results import validate
+from report.text import fidelity_line
 from session.lb import PAPER
-from session.results import fidelity_line, validate
 from session.scenario import load
 from session.session import Session
 from session.topology import build

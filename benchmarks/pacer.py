@@ -27,7 +27,7 @@ segments and RTOs (the pacers' sensing), the senders' OWD p99 toward the receive
 the pacers' reaction delay (an echo's arrival to its hold applied, p99 of the slowest sender,
 us) and the part of it before the pacer's loop handled the echo (``wake``: waiting for a CPU),
 the pacers' CPU (fraction of a core), whether the machine was saturated, and the drops per link
-("a-b", both ends); after each lab, its fidelity line (``session.results.fidelity_line``: which
+("a-b", both ends); after each lab, its fidelity line (``report.text.fidelity_line``: which
 cores and links the CPU limited).
 Goal (issue 10): zero drops with the pacer on, completion not worse.
 """
@@ -43,12 +43,13 @@ import time
 import psutil
 from mininet.log import setLogLevel
 
+from contracts.results.lab import Fidelity
 from lab import Lab
 from lab.fidelity import FidelitySampler
+from report.text import fidelity_line
 from session.daemons import AgentMesh, AgentsSpec, PacerSpec
 from session.edge import wait_synced
 from session.incast import incast
-from session.results import Fidelity, fidelity_line
 from topo import LeafSpine
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -37,7 +37,8 @@ import time
 
 from mininet.log import setLogLevel
 
-from session.results import Fidelity, fidelity_line
+from contracts.results.lab import Fidelity
+from report.text import fidelity_line
 from session.scenario import load
 from session.session import Session
 

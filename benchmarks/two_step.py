@@ -14,7 +14,7 @@ import statistics
 
 from mininet.log import setLogLevel
 
-from session.results import validate
+from contracts.results import validate
 from session.scenario import load
 from session.session import Session
 from session.two_step import SEED_RATIOS, STEPS

@@ -6,8 +6,9 @@ import json
 
 from pydantic import ValidationError
 
+from contracts import results
 from lab.errors import LabError
-from session import results
+from report import text
 
 
 def add_parser(sub) -> None:
@@ -51,7 +52,7 @@ def load(path: str) -> results.Results:
 def main(args) -> int:
     doc = load(args.results)
     if not args.html:
-        print(results.report(doc))
+        print(text.report(doc))
         return 0
     from report import page  # plotly is imported only here
     page.write(doc, args.html)

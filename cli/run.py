@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import sys
 
+from contracts import results
 from lab.capabilities import require_root
-from session import results
+from report import text
 from session.scenario import DEFAULT, builtin_names, load, resolve
 from session.session import Session
 
@@ -62,7 +63,7 @@ def main(args) -> int:
         json.dump(doc, sys.stdout, indent=1)
         print()
     else:
-        print(results.report(doc))
+        print(text.report(doc))
         if args.json:
             results.write(doc, args.json)
             print(f"  results: {args.json}")

@@ -11,19 +11,19 @@ def _scenario() -> dict:
 
 
 def _results() -> dict:
-    from session.results import results_schema
+    from contracts.results import results_schema
     return results_schema()
 
 
 def _api() -> dict:
-    from agents.messages import CoordinatorState
+    from contracts.messages import CoordinatorState
     return CoordinatorState.model_json_schema()
 
 
 def _report() -> dict:
     from pydantic import TypeAdapter
 
-    from agents.messages import AgentMessage
+    from contracts.messages import AgentMessage
     return TypeAdapter(AgentMessage).json_schema()
 
 

@@ -1,5 +1,5 @@
 """The mechanisms of the faults injected at run time; each stamps an ``Event`` into the lab's
-ground-truth timeline. The vocabulary (kinds and their parameters) is ``lab.events``.
+ground-truth timeline. The vocabulary (kinds and their parameters) is ``contracts.events``.
 
 Links are named by their two end nodes (``"leaf1", "spine1"``); changes apply to both
 directions. Rates are Mbit/s, loss percent, queue limits packets, clock steps ms.
@@ -12,9 +12,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from lab import qos, tc
-from lab.errors import LabError
-from lab.events import (
+from contracts.events import (
     ClockStep,
     CpuHog,
     Event,
@@ -29,6 +27,8 @@ from lab.events import (
     Rate,
     Resume,
 )
+from lab import qos, tc
+from lab.errors import LabError
 
 if TYPE_CHECKING:  # pragma: no cover
     from lab.lab import Lab
@@ -217,7 +217,7 @@ class Faults:
         return self.lab.stamp_fault(Migrate(vm=vm, to=to), src=old, at_ns=now)
 
     def apply(self, fault: Fault) -> Event:
-        """Apply a typed fault (``lab.events``) through the method of its kind.
+        """Apply a typed fault (``contracts.events``) through the method of its kind.
 
         Raises:
             LabError: the lab refused it (unknown node or link, a state that forbids it).

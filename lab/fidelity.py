@@ -141,7 +141,7 @@ class FidelitySampler:
 
 def series(intervals: Sequence[Interval], ends_s: Sequence[float],
            max_points: int = SERIES_POINTS) -> dict:
-    """The fidelity section's ``series`` (``session.results.FidelitySeries``): ``t_s`` (end
+    """The fidelity section's ``series`` (``contracts.results.lab.FidelitySeries``): ``t_s`` (end
     of each point, s after bring-up), ``cpu_busy`` and ``busiest_core`` (busy fraction of all
     cores, of the busiest core) and ``links`` (by direction ``a->b``: rate sent / configured
     rate, Ethernet headers counted, null where not read; directions that never reached

@@ -22,12 +22,12 @@ from collections.abc import Callable
 from mininet.net import Mininet
 from mininet.topo import Topo
 
+from contracts.events import Event, Fault, Source
 from lab import tc
 from lab.capabilities import probe, require_root
 from lab.cgroups import Cgroups
 from lab.clocks import ClockBook, ClockConfig
 from lab.errors import CapabilityError, LabError
-from lab.events import Event, Fault, Source
 from lab.fabric import check_mode, require_fabric
 from lab.faults import Faults
 from lab.links import LINK_KEYS, ShapedLink

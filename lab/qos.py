@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from contracts.events import Event
 from lab import tc
 from lab.errors import LabError
-from lab.events import Event
 from topo.routing import ROUTER_ROLES
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -111,7 +111,7 @@ def _queues(intervals: Sequence[Interval]) -> list[dict]:
 
 def summarize(intervals: Sequence[Interval], interval_s: float, links_read: bool = False,
               links_error: str | None = None) -> dict:
-    """The fidelity section of the results (``session.results.Fidelity``) from the
+    """The fidelity section of the results (``contracts.results.lab.Fidelity``) from the
     intervals: ``samples``, ``interval_s``, ``cpu_busy``, ``busiest_core`` and ``softirq``
     (``p50``, ``max`` fractions), ``saturated_share`` (intervals with all cores >= 90 %
     busy), ``cores`` (per core: ``busy``, ``softirq``, ``hot_share``, ``saturated``),

@@ -7,7 +7,7 @@ logs and captures. These helpers act on a lab ``nslab_lab`` started (``nslab_pyt
     spawn(lab, vms, argv)          a command in VMs -> {vm: Proc}
     inject(lab, fault)             a fault now, stamped in the truth
     truth(lab)                     placements, clocks, fault timeline
-    agents_state(lab)              the coordinator's API (agents.messages.CoordinatorState)
+    agents_state(lab)              the coordinator's API (contracts.messages.CoordinatorState)
     wait_agents(lab, until)        poll it until a condition holds
 
 They load the lab's code on first use, so the plugin costs a test run nothing until a test

@@ -2,8 +2,8 @@
 
     lab = nslab_lab(LeafSpine(spines=1, leaves=2, vms_per_leaf=1), pcap=["vm1"])
     procs = spawn(lab, ["vm2"], [sys.executable, "my_agent.py", "--port", "9000"])
-    inject(lab, {"kind": "link_down", "link": ["leaf2", "spine1"]})   # or a lab.events model
-    truth(lab).placements, truth(lab).faults     # the ground truth (session.results)
+    inject(lab, {"kind": "link_down", "link": ["leaf2", "spine1"]})   # or a contracts.events model
+    truth(lab).placements, truth(lab).faults     # the ground truth (contracts.results)
     agents_state(lab)                            # the coordinator's API, typed
 
 A ``LabRun`` owns everything it started for the lab (the lab or the scenario's Session, the
@@ -26,15 +26,17 @@ from dataclasses import dataclass
 from mininet.topo import Topo
 from pydantic import TypeAdapter
 
-from agents.messages import CoordinatorState
+from contracts.events import Event, Fault
+from contracts.messages import CoordinatorState
+from contracts.results import write
+from contracts.results.truth import TruthSection
 from lab.capture import Capture
 from lab.errors import LabError
-from lab.events import Event, Fault
 from lab.lab import Lab
 from lab.names import state_dir
 from nslab_pytest.names import next_lab_name
 from session.daemons import AgentMesh, AgentsSpec
-from session.results import TruthSection, truth_section, write
+from session.document import truth_section
 from session.scenario import load, resolve
 from session.session import Session
 
@@ -284,7 +286,7 @@ def inject(lab: Lab, fault: Fault | Mapping) -> Event:
     """Apply a fault now and stamp it in the truth timeline (source ``test``).
 
     Args:
-        fault: a ``lab.events`` model (``LinkDown(link=("leaf1", "spine1"))``) or the same as
+        fault: a ``contracts.events`` model (``LinkDown(link=("leaf1", "spine1"))``) or the same as
             a scenario's ``faults:`` entry (``{"kind": "loss", "link": [...], "percent": 5}``).
 
     Raises:

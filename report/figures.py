@@ -1,4 +1,4 @@
-"""The report's plots, one function per plot: a results document (``session.results.Results``)
+"""The report's plots, one function per plot: a results document (``contracts.results.Results``)
 in, a plotly ``Figure`` out, or None when the document lacks what the plot shows (a section
 that was not measured, a document written before its series existed). Pure: no file, no
 browser. The page around them is ``report.page``.
@@ -12,8 +12,8 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from agents.owd import natural_key
-from lab.events import FAULT_KINDS, describe
-from session.results import Results
+from contracts.events import FAULT_KINDS, describe
+from contracts.results import Results
 
 PALETTE = qualitative.Plotly
 LAYOUT = dict(template="plotly_white", height=380, margin=dict(l=60, r=20, t=50, b=45))

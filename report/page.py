@@ -13,9 +13,11 @@ from collections.abc import Iterable, Mapping, Sequence
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from contracts.results import Results, validate
+from contracts.results.agents import Stats
 from report import figures as F
-from session.results import Results, Stats, fidelity_line, validate
-from session.results import report as text_report
+from report.text import fidelity_line
+from report.text import report as text_report
 
 CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1200px;

@@ -42,7 +42,7 @@ from workloads.schedule import Schedule
 from workloads.stats import percentiles
 
 if TYPE_CHECKING:  # pragma: no cover
-    from agents.messages import CoordinatorState
+    from contracts.messages import CoordinatorState
     from lab.lab import Lab
 
 PARTS = 3

@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from agents import pacerio, probeio
 from agents.coordinator import DRIFT_WINDOWS
-from agents.messages import CoordinatorState
 from agents.probe import HEADER_LEN, TAG_LEN
+from contracts.messages import CoordinatorState
 from lab import native
 from lab.errors import LabError
 from lab.names import state_dir

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agents.messages import CoordinatorState, PacerReport
+from contracts.messages import CoordinatorState, PacerReport
 from lab.errors import LabError
 from session.daemons import AgentMesh, PacerSpec
 

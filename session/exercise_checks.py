@@ -26,8 +26,9 @@ from mininet.topo import Topo
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.owd import natural_key
+from contracts.results.lab import Fidelity
+from report.text import fidelity_line
 from session.daemons import PacerSpec
-from session.results import Fidelity, fidelity_line
 from session.scoring import truth_groups
 
 
@@ -39,7 +40,7 @@ class _Strict(BaseModel):
 class Verdict:
     """What was right and what was not: ``items`` of (right, what), in order; ``passed`` when
     there is at least one item and every one is right. ``fidelity``: the fidelity section of
-    the check's own lab (kinds that run one: ``pacer``; ``session.results.Fidelity`` as a
+    the check's own lab (kinds that run one: ``pacer``; ``contracts.results.lab.Fidelity`` as a
     dict), None otherwise."""
 
     items: list[tuple[bool, str]] = field(default_factory=list)

@@ -38,8 +38,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from contracts.events import LinkDown, LinkUp, Rate
 from lab.errors import LabError
-from lab.events import LinkDown, LinkUp, Rate
 from lab.observe import link_states
 from session import jobs
 from workloads.config import JobConfig

@@ -26,9 +26,10 @@ from pydantic import (
     model_validator,
 )
 
+from contracts.enums import BalancerMode, CassiniModeName, LbCase, LbCollective, PacerMode
+from contracts.events import Fault
 from lab.clocks import ClockConfig
 from lab.errors import ScenarioError, ScenarioProblem
-from lab.events import Fault
 from lab.fabric import FabricMode
 from lab.tc import LinkParams, parse_time_us
 from session import yamlmarks
@@ -140,7 +141,7 @@ class JobSpec(JobConfig):
                                        "the agents' groups as the jobs begin) or a list of "
                                        "VMs, one per rank",
                                        examples=["naive", ["vm1", "vm3"]])
-    pacer: Literal["off", "sense", "pace"] = Field(
+    pacer: PacerMode = Field(
         "off", description="the pacer in the job's VMs while it runs: sense (measure TCP and "
         "OWD only) or pace (On-Ramp's hold); parameters in the scenario's pacer section")
 
@@ -159,7 +160,6 @@ class JobSpec(JobConfig):
                                                         exclude_unset=True))
 
 
-CassiniMode = Literal["fair", "shifted_synced", "shifted_raw", "unfair"]
 UNFAIR_MAX_JOBS = 7
 """Jobs of a set in the unfair mode at most: HTB prios 0..6 (7 is the unmarked class's)."""
 
@@ -178,7 +178,7 @@ class CassiniSpec(_Strict):
     capacity_mbit: float = Field(gt=0, description="rate of the link the jobs of a set share, "
                                  "Mbit/s")
     sets: list[CassiniSet] = Field(min_length=1)
-    modes: list[CassiniMode] = Field(
+    modes: list[CassiniModeName] = Field(
         default_factory=lambda: ["fair", "shifted_synced", "shifted_raw", "unfair"],
         min_length=1, description="fair: together, back to back; shifted_synced: CASSINI "
         "slots on clocks corrected by the agents; shifted_raw: the slots on raw VM clocks; "
@@ -229,14 +229,14 @@ class LbSpec(_Strict):
     per collective, symmetric, with a leaf-spine link down mid-job and with it degraded, at
     each oversubscription. The job runs on every VM (rank order = VM order)."""
 
-    modes: list[Literal["ecmp", "spray", "reps", "ethereal"]] = Field(
+    modes: list[BalancerMode] = Field(
         default_factory=lambda: ["ecmp", "spray", "reps", "ethereal"], min_length=1,
         description="ecmp: per-flow hash; spray: per-packet spraying at the routers; reps, "
         "ethereal: the hosts' balancer over DSCP-pinned paths (fabric mode entropy)")
-    collectives: list[Literal["all_to_all", "halving_doubling", "ring"]] = Field(
+    collectives: list[LbCollective] = Field(
         default_factory=lambda: ["all_to_all", "halving_doubling", "ring"], min_length=1,
         description="all_to_all; halving_doubling or ring: AllReduce algorithms")
-    cases: list[Literal["symmetric", "link_down", "degraded"]] = Field(
+    cases: list[LbCase] = Field(
         default_factory=lambda: ["symmetric", "link_down", "degraded"], min_length=1,
         description="symmetric; link_down: `link` down mid-job (up again after); degraded: "
         "`link` at degraded_fraction of its rate during the job")

@@ -60,7 +60,7 @@ def sync_section(history: list[dict], clocks: dict[str, ClockSpec], reference: s
     Args:
         history: the coordinator state's ``history`` entries (``t_ns``, ``vms`` with
             ``offset_ns``, ``drift_ppm``, ``ntp_offset_ns``, ``ntp_drift_ppm``;
-            ``agents.messages``).
+            ``contracts.messages``).
         clocks: every VM's clock segments (truth).
         reference: the coordinator's reference VM.
         start_true_ns: when the agents started (true time), for ``converged_s``.

@@ -2,7 +2,7 @@
 
 A Session owns the scenario's Lab, its agent daemons, its background load, its fault timeline
 (which can be paused, stepped and extended while it runs), its jobs and the truth. It emits
-every event of the truth timeline (``lab.events.Event``) to its subscribers as it happens.
+every event of the truth timeline (``contracts.events.Event``) to its subscribers as it happens.
 
     session = Session(scenario, topo, source)
     session.subscribe(print)
@@ -19,7 +19,6 @@ the iperf3 load and the jobs run in their own threads; jobs start ranks with ``v
 """
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -28,21 +27,20 @@ from typing import TypeVar
 
 from mininet.topo import Topo
 
+from contracts.events import Event, Fault, Source
 from lab.capabilities import probe
 from lab.capture import Capture
 from lab.errors import LabError
-from lab.events import Event, Fault, Source
-from lab.fabric import require_fabric
 from lab.fidelity import FidelitySampler
 from lab.lab import Lab
 from lab.observe import LinkState, VmState, link_states, vm_states
 from lab.queues import QueueReader
-from session import cassini, incast, jobs, lb, results, scoring, two_step
-from session.chrony import ChronyMesh
+from session import document, jobs, scoring
 from session.daemons import AgentMesh
-from session.edge import job_edge
 from session.load import LoadRunner
 from session.scenario import JobSpec, Scenario
+from session.studies import STUDIES
+from session.studies.base import Study
 
 T = TypeVar("T")
 LOAD_JOIN_S = 60.0
@@ -133,16 +131,10 @@ class Session:
         self.error: str | None = None
         self.mesh: AgentMesh | None = None
         self.watcher: Watcher | None = None
-        self.chrony: ChronyMesh | None = None
         self.sampler = FidelitySampler(interval_s=0.5)
         self.load = LoadRunner(self.lab, list(scenario.load))
-        self.job_entries: dict[str, dict] = {}
-        self.cassini_sets: list[dict] = []
-        self.two_step: dict | None = None
-        self.two_step_steps: list[dict] = []
-        self.lb: dict | None = None
-        self.lb_runs: list[dict] = []
-        self.pacer_reports: dict = {}
+        self.studies: dict[str, Study] = {S.key: S(self) for S in STUDIES
+                                          if S.enabled(scenario)}
         self.load_entries: list[dict] = []
         self.capabilities: dict = {}
         self.placements: dict[str, str] = {}
@@ -153,6 +145,7 @@ class Session:
         self._lock = threading.RLock()
         self._halt = threading.Event()
         self._done = threading.Event()
+        self._wake = threading.Event()  # the timeline changed: the player looks again
         self._exec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nslab-lab")
         self._player: threading.Thread | None = None
         self._stopped = False
@@ -174,6 +167,17 @@ class Session:
     def timeline(self) -> list[Event]:
         """The truth timeline so far (a copy)."""
         return list(self.lab.timeline)
+
+    @property
+    def halted(self) -> bool:
+        """The session is stopping: a study's ``run`` returns at its next step."""
+        return self._halt.is_set()
+
+    def live(self, key: str, default=None):
+        """What study ``key`` has finished so far (``Study.live``), or ``default`` when the
+        scenario does not run it."""
+        study = self.studies.get(key)
+        return default if study is None else study.live
 
     def now_s(self) -> float:
         """Seconds since bring-up (0 before)."""
@@ -199,8 +203,8 @@ class Session:
 
     def _start(self) -> None:
         self.capabilities = probe()
-        for mode in sorted(lb.fabric_modes(self.sc.lb) if self.sc.lb else ()):
-            require_fabric(mode, self.capabilities)  # before anything is built
+        for study in self.studies.values():
+            study.check(self.capabilities)  # before anything is built
         self.sampler.start()
         self.lab.start()
         self.sampler.watch(QueueReader(self.lab))
@@ -216,11 +220,8 @@ class Session:
             self.watcher = Watcher(self.lab, self.mesh)
             self.watcher.start()
             self.lab.stamp("agents_up", f"{len(self.lab.vms)} VMs")
-        if self.sc.chrony.enabled:
-            self.progress(f"starting chronyd in {len(self.lab.vms)} VMs")
-            self.chrony = ChronyMesh(self.lab, self.sc.chrony)
-            self.chrony.start()
-            self.lab.stamp("chrony_up", self.chrony.server)
+        for study in self.studies.values():
+            study.start()
         self.load.start()
         self.state = "running"
 
@@ -228,30 +229,31 @@ class Session:
         """The timeline player: each fault at its time (shifted by pauses), then the rest of
         ``duration_s``, the load's end and the jobs."""
         while not self._halt.is_set():
+            self._wake.clear()
             with self._lock:
-                due = self._paused_at is None and (
-                    self._pending[0].at_s if self._pending else self.sc.duration_s
-                ) + self._shift_s <= self.lab.now_s()
+                now = self.lab.now_s()
+                at = (self._pending[0].at_s if self._pending else self.sc.duration_s
+                      ) + self._shift_s
+                paused = self._paused_at is not None
+                due = not paused and at <= now
                 fault = self._pending.pop(0) if due and self._pending else None
             if due and fault is None:
                 break
-            if fault is None:
-                self._halt.wait(0.02)
+            if fault is None:  # sleep until it is due, or the timeline changes
+                self._wake.wait(None if paused else at - now)
                 continue
             self._apply(fault, "timeline")
         if self._halt.is_set():
             return
         if self.sc.load:
             self.load_entries = self.load.join(timeout_s=LOAD_JOIN_S)
-        if self.run_jobs and (self.sc.jobs or self.sc.lb):
+        turn = [st for st in self.studies.values() if st.turn]
+        if self.run_jobs and turn:
             self.state = "jobs"
-            self._jobs()
-            if self.sc.cassini is not None:
-                self._cassini()
-            if self.sc.two_step is not None:
-                self._two_step()
-            if self.sc.lb is not None and not self._halt.is_set():
-                self._lb()
+            for study in turn:
+                if self._halt.is_set():
+                    break
+                study.run()
         if not self._halt.is_set():
             self.state = "done"
         self._done.set()
@@ -275,6 +277,7 @@ class Session:
                 return
             self._stopped = True
         self._halt.set()
+        self._wake.set()
         try:
             self.call(self._stop)
         finally:
@@ -284,8 +287,8 @@ class Session:
     def _stop(self) -> None:
         self.progress("tearing down")
         try:
-            if self.chrony is not None:
-                self.chrony.stop()
+            for study in self.studies.values():
+                study.stop()
             if self.watcher is not None:
                 self.watcher.stop()
             if self.mesh is not None:
@@ -328,6 +331,7 @@ class Session:
         with self._lock:
             self._pending.append(fault)
             self._pending.sort(key=lambda f: f.at_s)
+        self._wake.set()
 
     def pending(self) -> list[tuple[float, Fault]]:
         """The timeline's faults not played yet: (when, s after bring-up with the pauses so
@@ -353,6 +357,7 @@ class Session:
                 self._paused_at = None
                 self.state = "running"
                 self.lab.stamp("timeline_resumed", "")
+        self._wake.set()
 
     def step(self) -> Event | None:
         """Play the timeline's next fault now; None when none is left (or it failed)."""
@@ -379,76 +384,6 @@ class Session:
         return jobs.collocation_aware([g.members for g in state.collocation.groups],
                                       spec.ranks)
 
-    def _jobs(self) -> None:
-        """The scenario's jobs one after another (but those of ``cassini`` sets and
-        ``two_step``), each with its pacers (``session.edge``); one ``jobs`` entry each
-        (errors included), with the lab's queue drops during the job (``fabric_drops``, and
-        per link ``drops_by_link``). Every job's VMs are chosen as the jobs begin, from the
-        agents' groups then: a later job is not placed from groups that an earlier job's
-        load moved (quickstart: {vm1, vm2} split while the naive job ran on them, and the
-        aware job got both); a job that could not be placed then (no groups yet: a timeline
-        shorter than the agents take to find them) is placed at its turn."""
-        own_turn = self.sc.own_turn_jobs()
-        specs = [s for s in self.sc.jobs if s.name not in own_turn]
-        chosen: dict[str, list[str]] = {}
-        for spec in specs:
-            with contextlib.suppress(LabError, ValueError):  # placed at its turn instead
-                chosen[spec.name] = self.choose(spec)
-        for spec in specs:
-            if self._halt.is_set():
-                return
-            policy = spec.placement if isinstance(spec.placement, str) else "explicit"
-            try:
-                vms = chosen.get(spec.name) or self.choose(spec)
-                self.progress(f"job {spec.name}: {spec.collective} on {' '.join(vms)}")
-                before = self.call(incast.drops, self.lab)
-                with job_edge(self.lab, self.mesh, vms, spec.pacer, self.sc.pacer) as sensed:
-                    entry = jobs.run(self.lab, spec.name, spec.config(), vms)
-                after = self.call(incast.drops, self.lab)
-                entry["drops_by_link"] = {k: n - before.get(k, 0) for k, n in after.items()
-                                          if n > before.get(k, 0)}
-                entry["fabric_drops"] = sum(entry["drops_by_link"].values())
-            except (LabError, ValueError) as e:
-                self.job_entries[spec.name] = {"name": spec.name, "collective": spec.collective,
-                                               "error": str(e), "verified": False,
-                                               "completion_s": None}
-                continue
-            entry["placement"]["policy"] = policy
-            entry["edge"] = {"pacer": spec.pacer, "cc": spec.cc,
-                             "retransmits": sensed.retransmits, "rtos": sensed.rtos,
-                             "owd_p99_us": sensed.owd_p99_us}
-            self.progress(f"job {spec.name}: completion {entry['completion_s']} s, "
-                          f"verified {entry['verified']}")
-            self.job_entries[spec.name] = entry
-
-    def _cassini(self) -> None:
-        """The ``cassini`` sets: each profiled, planned and run in every mode
-        (``session.cassini``); each set's entry joins ``cassini_sets`` once planned (the TUI
-        draws it), its modes as they finish."""
-        specs = {j.name: j for j in self.sc.jobs}
-        for cset in self.sc.cassini.sets:
-            if self._halt.is_set():
-                return
-            configs = {n: specs[n].config() for n in cset.jobs}
-            vms = {n: list(specs[n].placement) for n in cset.jobs}
-            cassini.run_set(self.lab, self.sc.cassini, cset, configs, vms,
-                            lambda: self.agents_state, self.progress, self.cassini_sets.append)
-
-    def _two_step(self) -> None:
-        """The ``two_step`` section: its job naive, aware, aware + pacer, and the BBR and
-        CUBIC baselines (``session.two_step``)."""
-        spec = next(j for j in self.sc.jobs if j.name == self.sc.two_step.job)
-        self.two_step, self.pacer_reports = two_step.run(
-            self.lab, self.mesh, spec, self.sc.pacer,
-            lambda policy: self.choose(spec.model_copy(update={"placement": policy})),
-            lambda: self.call(two_step.drops, self.lab), self.progress, self.two_step_steps)
-
-    def _lb(self) -> None:
-        """The ``lb`` section: every balancer in turn on every VM (``session.lb``)."""
-        vms = jobs.naive(list(self.lab.phys), len(self.lab.phys))
-        self.lb = lb.Runner(self.lab, self.sc.lb, self.sc.topology, vms, self.call,
-                            self.progress).run(self.lb_runs)
-
     # -- what it shows now -----------------------------------------------------------------
     def links(self) -> list[LinkState]:
         """Every link's state and counters now (read on the lab thread)."""
@@ -467,13 +402,13 @@ class Session:
 
     @property
     def agents_state(self):
-        """The coordinator's latest state (``agents.messages.CoordinatorState``), or None."""
+        """The coordinator's latest state (``contracts.messages.CoordinatorState``), or None."""
         return self.watcher.latest if self.watcher else None
 
     # -- results ---------------------------------------------------------------------------
     def results(self) -> dict:
         """The ``nslab.results/1`` document of a stopped session, validated against
-        ``session.results.Results`` (``nslab schema results``).
+        ``contracts.results.Results`` (``nslab schema results``).
 
         Raises:
             pydantic.ValidationError: a section that does not fit the model (a bug).
@@ -484,22 +419,8 @@ class Session:
         if self.mesh is not None:
             sections.update(scoring.agent_sections(self.lab, self.mesh, self.watcher,
                                                    self._agent_cost or {}))
-            if self.chrony is not None and "sync" in sections:
-                sections["sync"]["chrony"] = self.chrony.section()
-        if any(s.name not in self.sc.own_turn_jobs() for s in self.sc.jobs):
-            sections["jobs"] = [self.job_entries[s.name] for s in self.sc.jobs
-                                if s.name in self.job_entries]
-            sections["placement_comparison"] = scoring.placement_comparison(sections["jobs"])
-        if self.cassini_sets:
-            sections["cassini"] = {"sets": self.cassini_sets,
-                                   "score_ranks_gains": cassini.predicted_ranking(
-                                       self.cassini_sets)}
-        if self.lb is not None:
-            sections["lb"] = self.lb
-        if self.two_step is not None:
-            sections["two_step"] = self.two_step
-            sections["pacer"] = {**self.sc.pacer.model_dump(),
-                                 "reports": {k: r.model_dump() for k, r in
-                                             self.pacer_reports.items()}}
-        return results.document(self.sc, self.source, self.lab, self.capabilities,
-                                self.sampler.summary(self.lab.t0_ns), self.placements, **sections)
+        for study in self.studies.values():
+            study.sections(sections)
+        return document.document(self.sc, self.source, self.lab, self.capabilities,
+                                 self.sampler.summary(self.lab.t0_ns), self.placements,
+                                 **sections)

@@ -1,7 +1,7 @@
 """Agents' reports made from clock truth without a network, for the coordinator's unit tests
 and its benchmarks: coded probe pairs with a known minimum delay and queueing, each probe
 stamped by the sender's and the receiver's emulated clock (``agents.clock.ClockSpec``), sent
-as the agents' messages (``agents.messages``).
+as the agents' messages (``contracts.messages``).
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import random
 from collections.abc import Collection, Iterator, Mapping
 
 from agents.clock import ClockSpec
-from agents.messages import REPORT_SCHEMA, AgentStats, Hello, Report, pack_records
+from contracts.messages import REPORT_SCHEMA, AgentStats, Hello, Report, pack_records
 
 S = 1_000_000_000
 T0_NS = 1_800_000_000 * S

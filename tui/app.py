@@ -38,8 +38,7 @@ from textual.message import Message
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane, Tabs
 
 from agents.owd import natural_key
-from lab.errors import LabError
-from lab.events import (
+from contracts.events import (
     ClockStep,
     CpuHog,
     Fault,
@@ -52,6 +51,7 @@ from lab.events import (
     Rate,
     Resume,
 )
+from lab.errors import LabError
 from tui.backend import Backend, EventView, Snapshot, kind_of
 from tui.commands import NslabCommands
 from tui.detail import DetailScreen, LinkDetail, VMDetail
@@ -479,13 +479,13 @@ class NslabApp(App):
         self.control(f"{fault.kind} {fault.target}", self.backend.inject, fault)
 
     def inject_link(self, fault_type: type[Fault], **params) -> None:
-        """Inject a link fault of ``fault_type`` (a ``lab.events`` class) on the selected link,
-        e.g. ``inject_link(Loss, percent=5.0)``."""
+        """Inject a link fault of ``fault_type`` (a ``contracts.events`` class) on the selected
+        link, e.g. ``inject_link(Loss, percent=5.0)``."""
         lk = self.w_fabric.selected_link
         self._inject_on(fault_type, "link", (lk.a, lk.b) if lk else None, params)
 
     def inject_vm(self, fault_type: type[Fault], **params) -> None:
-        """Inject a VM fault of ``fault_type`` (a ``lab.events`` class) on the selected VM,
+        """Inject a VM fault of ``fault_type`` (a ``contracts.events`` class) on the selected VM,
         e.g. ``inject_vm(Migrate, to="phys2")``."""
         self._inject_on(fault_type, "vm", self.selected_vm, params)
 

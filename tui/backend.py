@@ -15,14 +15,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
-from lab.events import Fault, describe
+from contracts.events import Fault, describe
 from lab.observe import TIERS  # noqa: F401 - node tiers: the lab's, re-exported for views
 
 SCHEMA = "nslab.tui-recording/1"
 
 
 def kind_of(fault_type: type[Fault]) -> str:
-    """The ``kind`` of a fault class of ``lab.events`` (``LinkDown`` -> "link_down")."""
+    """The ``kind`` of a fault class of ``contracts.events`` (``LinkDown`` -> "link_down")."""
     return fault_type.model_fields["kind"].default
 
 
@@ -126,7 +126,7 @@ class EventView:
     source: str = "lab"
 
     def describe(self) -> str:
-        """The event in words (``lab.events.describe``)."""
+        """The event in words (``contracts.events.describe``)."""
         return describe(self.kind, self.target, self.params)
 
 
@@ -148,7 +148,7 @@ class Snapshot:
     "stopped" (torn down) or "error". ``pending``: the scenario's timeline entries not yet
     played, in order. ``owd_us``: ``{"a->b": p50 one-way delay, us}``; ``asymmetry_us``:
     ``{"a<->b": owd(a->b) - owd(b->a), us}``. ``fabric``: the fabric mode (``lab.fabric``).
-    ``cassini``: the results' ``cassini.sets`` entries planned so far (``session.results.
+    ``cassini``: the results' ``cassini.sets`` entries planned so far (``contracts.studies.cassini.
     CassiniSet`` as JSON; their modes as they finish).
     """
 
@@ -242,7 +242,7 @@ def _build(cls, doc: dict):
 class Backend(Protocol):
     """A running (or replayed) scenario. Methods may block; call them from worker threads.
 
-    Faults are the typed models of ``lab.events`` (the one fault vocabulary).
+    Faults are the typed models of ``contracts.events`` (the one fault vocabulary).
 
     Errors: ``inject`` raises ``lab.errors.LabError`` with a message for the user when the lab
     refuses a fault (no such link or VM, a state that forbids it, a lab not running); the

@@ -6,7 +6,7 @@ from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from lab.events import ClockStep, Loss, Migrate, Queue, Rate
+from contracts.events import ClockStep, Loss, Migrate, Queue, Rate
 
 
 class NslabCommands(Provider):

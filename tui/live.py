@@ -14,8 +14,8 @@ import copy
 import time
 
 from agents.owd import natural_key
+from contracts.events import Event, Fault
 from lab.errors import LabError
-from lab.events import Event, Fault
 from lab.observe import LinkState, VmState, tier
 from session import scoring, two_step
 from session.scenario import load, resolve
@@ -142,7 +142,7 @@ class LiveBackend:
         check reads them)."""
         if self.session is None:
             return []
-        entries = self.session.job_entries
+        entries = self.session.live("placement", {})
         return [entries[s.name] for s in self.session.sc.jobs if s.name in entries]
 
     def truth(self) -> dict:
@@ -182,7 +182,7 @@ class LiveBackend:
         snap.pending = [EventView(t_s=at, kind=f.kind, target=f.target, params=f.params(),
                                   source="timeline") for at, f in s.pending()]
         snap.jobs = self._job_views()
-        snap.cassini = copy.deepcopy(list(s.cassini_sets))
+        snap.cassini = copy.deepcopy(list(s.live("cassini", [])))
         if s.sampler.busy:
             snap.fidelity = FidelityView(busy=round(s.sampler.busy[-1], 3),
                                          softirq=round(s.sampler.softirq[-1], 3),
@@ -266,7 +266,7 @@ class LiveBackend:
             if s.sc.two_step is not None and spec.name == s.sc.two_step.job:
                 out += self._two_step_views(spec.name, started)
                 continue
-            e = s.job_entries.get(spec.name)
+            e = s.live("placement", {}).get(spec.name)
             if e is None:
                 out.append(JobView(spec.name, 0.5 if spec.name in started else 0.0))
                 continue
@@ -282,7 +282,7 @@ class LiveBackend:
         if s.sc.lb is None:
             return []
         out = []
-        for e in list(s.lb_runs):
+        for e in list(s.live("lb", [])):
             mb = " ".join(f"{k} {v / 1e6:.1f}" for k, v in sorted(
                 e["link_bytes"].items(), key=lambda kv: natural_key(kv[0])))
             out.append(JobView(
@@ -299,7 +299,7 @@ class LiveBackend:
     def _two_step_views(self, job: str, started: set[str]) -> list[JobView]:
         """One line per two_step step: done (completion, drops, retransmissions), running,
         or to come."""
-        done = {e["name"]: e for e in list(self.session.two_step_steps)}
+        done = {e["name"]: e for e in list(self.session.live("two_step", []))}
         out = []
         for step, *_ in two_step.STEPS:
             e = done.get(step)

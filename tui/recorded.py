@@ -5,7 +5,7 @@ A recording is one JSON document ``{"schema": "nslab.tui-recording/1", "scenario
 
 ``RecordedBackend`` plays the frames in order (``speed`` frames per ``snapshot()``, 1 at
 first, while the timeline runs; holding the last one, or starting over with ``loop``), seeks
-(``seek``), and keeps the controls honest: an injected fault (a ``lab.events`` model)
+(``seek``), and keeps the controls honest: an injected fault (a ``contracts.events`` model)
 is stamped into its event list and changes what later frames show (a link taken down stays
 down, a paused VM stays paused, ...), and what the lab would refuse raises ``LabError``, so
 Pilot tests can drive every control without a lab.
@@ -16,8 +16,7 @@ import copy
 import json
 from pathlib import Path
 
-from lab.errors import LabError
-from lab.events import (
+from contracts.events import (
     VM_KINDS,
     ClockStep,
     CpuHog,
@@ -30,6 +29,7 @@ from lab.events import (
     Rate,
     Resume,
 )
+from lab.errors import LabError
 from tui.backend import SCHEMA, EventView, Snapshot
 
 RECORDINGS = Path(__file__).parent / "recordings"

@@ -50,8 +50,9 @@ from typing import Protocol
 
 import numpy as np
 
-COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather",
-               "scatter", "all_to_all")
+from contracts import enums
+
+COLLECTIVES = enums.COLLECTIVES
 NCCL_NAMES = {"all_reduce": "AllReduce", "broadcast": "Broadcast", "reduce": "Reduce",
               "all_gather": "AllGather", "reduce_scatter": "ReduceScatter",
               "gather": "Gather", "scatter": "Scatter", "all_to_all": "AllToAll"}

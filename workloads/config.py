@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from contracts.enums import AllReduceAlgo
 from workloads import collectives as coll
 from workloads.schedule import Schedule
 from workloads.transport import PathHints, parse_address
@@ -98,7 +99,7 @@ class JobConfig(BaseModel):
     dscp: tuple[Annotated[int, Field(ge=0, le=63)], ...] = Field(
         (), description="path hint: DSCP code points 0..63, cycled over connection indices "
         "(default: no marking)")
-    algo: Literal["ring", "halving_doubling"] = Field(
+    algo: AllReduceAlgo = Field(
         "ring", description="all_reduce only: ring, or halving_doubling (recursive halving "
         "then doubling; the number of ranks must be a power of two)")
     balancer: Literal["none", "ethereal", "reps"] = Field(

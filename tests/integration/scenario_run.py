@@ -1,5 +1,5 @@
 """Run a scenario given as YAML text in a real lab, for the integration tests."""
-from session.results import Results, validate
+from contracts.results import Results, validate
 from session.scenario import load
 from session.session import Session
 

@@ -3,10 +3,10 @@ their communication phases overlap less than on the same slots, measured from th
 timestamps; a Session profiles, plans and runs a scenario's set in each mode."""
 import time
 
+from contracts.results import validate
 from lab.clocks import ClockConfig
 from session import jobs
 from session.cassini import true_comm_phases
-from session.results import validate
 from session.scenario import load
 from session.session import Session
 from topo import LeafSpine

@@ -8,7 +8,7 @@ import sys
 import textwrap
 import time
 
-from lab.events import FAULT_KINDS
+from contracts.events import FAULT_KINDS
 from lab.lab import lab_netns
 
 NSLAB = [sys.executable, "-m", "cli.main"]

@@ -92,7 +92,7 @@ def test_tui_runs_ddp_and_allreduce_jobs_and_one_timeline(tmp_path):
     """The TUI runs what ``nslab run`` runs (the same Session): a DDP and an AllReduce job to
     completion; a fault from the TUI and one from the scenario land in one typed timeline."""
     pytest.importorskip("torch")
-    from lab.events import CpuHog, Event
+    from contracts.events import CpuHog, Event
     path = tmp_path / "it_tuijobs.yaml"
     path.write_text(JOBS_SCENARIO)
     backend = LiveBackend(str(path))

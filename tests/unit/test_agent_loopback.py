@@ -20,8 +20,8 @@ import pytest
 from scapy.packet import fuzz
 
 from agents.clock import ClockSpec, Oscillator, Segment
-from agents.messages import CoordinatorState, Health
 from agents.probe import NslabProbe, Probe, encode, node_id
+from contracts.messages import CoordinatorState, Health
 from session.scoring import truth_at as truth
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

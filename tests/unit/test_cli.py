@@ -44,7 +44,7 @@ def test_capture_options_need_pcap(capsys):
 def test_schema_report_covers_every_line_an_agent_or_pacer_sends(monkeypatch, capsys):
     import json
 
-    from agents.messages import Hello, PacerReport, Report
+    from contracts.messages import Hello, PacerReport, Report
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert main(["schema", "report"]) == 0
     doc = json.loads(capsys.readouterr().out)

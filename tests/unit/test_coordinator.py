@@ -15,7 +15,7 @@ from synthetic import S, simulate
 from agents.api import Service
 from agents.clock import ClockSpec, Oscillator, Segment
 from agents.coordinator import Coordinator
-from agents.messages import (
+from contracts.messages import (
     HEALTH_SCHEMA,
     STATE_SCHEMA,
     AgentStats,

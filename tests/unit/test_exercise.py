@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from agents.messages import CoordinatorState
 from cli.main import main
+from contracts.messages import CoordinatorState
 from lab.errors import ScenarioError
 from lab.observe import LinkState, VmState
 from session import exercise

@@ -8,8 +8,8 @@ import pytest
 
 from agents.clock import ClockSpec, Oscillator, Segment
 from agents.estimate import PairFit, fit_pair
-from agents.messages import OwdStats
 from agents.owd import asymmetry_us, natural_key, owd_stats
+from contracts.messages import OwdStats
 
 NS = 1_000_000_000
 T0 = 1_800_000_000 * NS

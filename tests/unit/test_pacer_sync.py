@@ -1,7 +1,7 @@
 """The pacer's view of the clock sync (agents.pacer.Sync): open until converged, the last good
 estimate held over while a window lacks one, and never longer than ``stale_s``."""
-from agents.messages import CoordinatorState, VmState
 from agents.pacer import Sync
+from contracts.messages import CoordinatorState, VmState
 
 S = 1_000_000_000
 

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from agents.agent import SO_TIMESTAMPING, TS_FLAGS, RecordBuffer
-from agents.messages import RECORD
 from agents.probe import AUTH, FOLLOWUP, REASONS, Probe, ProbeFilter, decode, encode, node_id
 from agents.probeio import ProbeIO, Record
+from contracts.messages import RECORD
 
 A, B, C = "127.0.0.1", "127.0.0.2", "127.0.0.3"
 KEY = bytes.fromhex("5eed" * 8)

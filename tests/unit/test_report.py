@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
+from contracts import results as R
 from lab.fidelity import series as fidelity_series
 from lab.saturation import Interval, LinkInterval
 from lab.series import downsample, runs
 from report import figures as F
 from report import page
-from session import results as R
+from report import text as T
 
 DATA = Path(__file__).parent / "data" / "quickstart_report_results.json"
 
@@ -158,7 +159,7 @@ def test_nslab_report_text_html_and_errors(doc, tmp_path, capsys):
     path = tmp_path / "r.json"
     path.write_text(json.dumps(doc))
     assert main(["report", str(path)]) == 0
-    assert capsys.readouterr().out.strip() == R.report(doc)
+    assert capsys.readouterr().out.strip() == T.report(doc)
     out = tmp_path / "r.html"
     assert main(["report", str(path), "--html", str(out)]) == 0
     assert out.read_text() == page.render(doc)

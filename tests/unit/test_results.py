@@ -13,8 +13,12 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from contracts import results as R
+from contracts.results.lab import Fidelity
+from contracts.studies.two_step import PacerSection
 from lab.capabilities import Capability as ProbedCapability
-from session import results as R
+from report import text as T
+from session import document
 from topo.leafspine import LeafSpine
 
 DATA = Path(__file__).parent / "data" / "quickstart_results.json"
@@ -58,8 +62,8 @@ def test_dump_round_trips_the_real_document(doc):
 
 
 def test_report_prints_the_real_document(doc):
-    text = R.report(doc)
-    assert text == R.report(R.validate(doc))
+    text = T.report(doc)
+    assert text == T.report(R.validate(doc))
     lines = text.splitlines()
     assert lines[0] == "nslab run: quickstart (seed 7, 20.0 s)"
     for line in [
@@ -96,7 +100,7 @@ def test_absent_sections_are_omitted_not_null(doc, tmp_path):
     path = tmp_path / "r.json"
     R.write(res, str(path))
     assert set(json.loads(path.read_text())) == set(out)
-    lines = R.report(res).splitlines()
+    lines = T.report(res).splitlines()
     assert not [x for x in lines if x.startswith(("  clock sync", "  job ", "  load ",
                                                    "  agents", "  collocation",
                                                    "  cassini"))]
@@ -111,7 +115,7 @@ def test_null_inside_a_present_section_stays_null(doc):
     assert out["sync"]["converged_s"] is None
     assert out["sync"]["drift_error_ppm"]["p50"] is None
     assert out["agents"]["coordinator_rss_mb"] is None
-    text = R.report(doc)
+    text = T.report(doc)
     assert "after not reached" in text and "drift  |err| no data" in text
 
 
@@ -124,7 +128,7 @@ def test_job_that_failed_before_starting(doc):
     assert job.placement is None and job.world is None and job.iteration_s is None
     assert R.dump(res)["jobs"][-1]["completion_s"] is None
     assert ("  job aware2 (all_reduce) on -: ERROR collocation_aware placement: the agents "
-            "reported no groups yet") in R.report(res).splitlines()
+            "reported no groups yet") in T.report(res).splitlines()
 
 
 def test_failed_job_and_load_error_report(doc):
@@ -134,7 +138,7 @@ def test_failed_job_and_load_error_report(doc):
     doc["load"][0] = {**{k: doc["load"][0][k] for k in ("src", "dst", "at_s", "duration_s",
                                                          "protocol", "requested_mbit")},
                       "error": "unable to connect to server"}
-    lines = R.report(doc).splitlines()
+    lines = T.report(doc).splitlines()
     assert "  job naive (all_reduce) on vm1 vm2 vm3 vm4: ERROR rank 2: timed out" in lines
     assert ("  load tcp vm5->vm1 at 6.0 s for 4.0 s: error: unable to connect to server"
             in lines)
@@ -225,7 +229,7 @@ def _fake_lab(doc: dict):
     phys = {vm: topo.nodeInfo(vm)["phys"] for vm in topo.hosts()}
     event = types.SimpleNamespace(t_s=1.5, true_ns=1_800_000_000_000_000_000,
                                   kind="link_down", target="leaf1-spine1", params={},
-                                  source="timeline")  # e.g. lab.events.Event: attributes
+                                  source="timeline")  # e.g. contracts.events.Event: attributes
     return types.SimpleNamespace(
         topo=topo, name="t", fabric="spray", bringup_s=0.5, teardown_s=0.1, phys=phys,
         leftovers=[],
@@ -238,22 +242,22 @@ def test_build_and_document_from_a_lab(doc, tmp_path):
     sc = types.SimpleNamespace(name="t", seed=1, duration_s=5.0)
     caps = {"root": ProbedCapability("root", True, "euid 0", "everything")}
     fid = {"samples": 0, "saturated": None}
-    res = R.build(sc, "t.yaml", lab, caps, fid, dict(lab.phys), jobs=doc["jobs"],
+    res = document.build(sc, "t.yaml", lab, caps, fid, dict(lab.phys), jobs=doc["jobs"],
                   sync=doc["sync"], placement_comparison=None)
     assert [v.name for v in res.lab.vms] == ["vm1", "vm2", "vm3", "vm4"]
     assert res.lab.links[0].bw == 100 and res.lab.fidelity.cpu_busy is None
     assert res.lab.fabric == "spray"
     assert res.truth.faults[0].source == "timeline" and res.truth.faults[1].kind == "load"
     assert res.placement_comparison is None and res.jobs[1].name == "aware"
-    out = R.document(sc, "t.yaml", lab, caps, fid, dict(lab.phys), sync=doc["sync"])
+    out = document.document(sc, "t.yaml", lab, caps, fid, dict(lab.phys), sync=doc["sync"])
     assert "jobs" not in out and "placement_comparison" not in out and "sync" in out
     out["load"] = doc["load"]  # callers may still add sections to the dict
     R.write(out, str(tmp_path / "r.json"))
     written = json.loads((tmp_path / "r.json").read_text())
     assert written["load"][0]["mbit"] == 93.138
-    assert "fidelity:" not in R.report(written)
+    assert "fidelity:" not in T.report(written)
     with pytest.raises(TypeError, match="unknown results sections: owd"):
-        R.build(sc, "t.yaml", lab, caps, fid, {}, owd={})
+        document.build(sc, "t.yaml", lab, caps, fid, {}, owd={})
 
 
 def test_write_to_stdout(doc, capsys):
@@ -278,7 +282,7 @@ def test_cassini_section_validates_and_reports(doc):
     res = R.validate(doc)
     assert res.cassini.sets[0].modes["shifted_synced"].jobs["a"].p99_s == 0.4
     assert R.dump(res)["cassini"]["sets"][1]["profiles"] is None
-    text = R.report(res)
+    text = T.report(res)
     for line in ["  cassini pair: score 1.000 (unshifted 0.500), compatible True, shifts s: "
                  "a 0.000",
                  "    shifted_synced  iteration mean 0.300 s, p99 0.400 s (fair / this: mean "
@@ -298,7 +302,7 @@ def test_two_step_and_pacer_sections(doc):
     assert [s.name for s in res.two_step.steps] == ["naive", "aware", "aware_paced",
                                                     "aware_bbr", "aware_cubic"]
     assert res.pacer.reports["vm1"].mode == "pace"
-    text = R.report(doc)
+    text = T.report(doc)
     naive = res.two_step.steps[0]
     assert f"naive          {naive.completion_s:.3f} s  drops  {naive.fabric_drops}" in text
     assert "aware_cubic  ERROR" in text
@@ -310,7 +314,7 @@ def test_two_step_and_pacer_sections(doc):
         R.validate(bad)
 
 
-def _fidelity(saturated, hot=(), limited=(), **kw) -> R.Fidelity:
+def _fidelity(saturated, hot=(), limited=(), **kw) -> Fidelity:
     frac = {"p50": 0.5, "max": 1.0}
     cores = [{"cpu": c, "busy": {"p50": 0.97 if c in hot else 0.4, "max": 1.0},
               "softirq": {"p50": 0.41, "max": 0.6}, "hot_share": 0.62 if c in hot else 0.1,
@@ -318,21 +322,21 @@ def _fidelity(saturated, hot=(), limited=(), **kw) -> R.Fidelity:
     queues = [{"link": q, "bw_mbit": 100.0, "queued_samples": 9,
                "rate_ratio": {"p50": 0.55, "max": 0.9}, "starved_samples": 6,
                "cpu_limited": True} for q in limited]
-    return R.Fidelity.model_validate({
+    return Fidelity.model_validate({
         "samples": 40, "interval_s": 0.5, "cpu_busy": frac, "busiest_core": frac,
         "softirq": frac, "saturated_share": 0.1, "cores": cores, "queues": queues,
         "saturated": saturated, **kw})
 
 
 def test_fidelity_line_says_where_in_one_line():
-    assert R.fidelity_line(_fidelity(True, hot=[1], limited=["leaf1->spine1"])) == (
+    assert T.fidelity_line(_fidelity(True, hot=[1], limited=["leaf1->spine1"])) == (
         "fidelity: SATURATED - cpu1 busy >= 90% for 62% of the run (softirq p50 41%); "
         "links probably CPU-limited: leaf1->spine1 (sent 55% of its rate while queued); "
         "distrust timings")
-    assert R.fidelity_line(_fidelity(False, hot=[0])) == (
+    assert T.fidelity_line(_fidelity(False, hot=[0])) == (
         "fidelity: ok - CPU busy p50 50% max 100%, softirq max 100%; cpu0 busy >= 90% for "
         "62% of the run (softirq p50 41%); no link queue limited by the CPU")
-    assert R.fidelity_line(_fidelity(False, queues=None, queues_error="OSError: gone")) == (
+    assert T.fidelity_line(_fidelity(False, queues=None, queues_error="OSError: gone")) == (
         "fidelity: ok - CPU busy p50 50% max 100%, softirq max 100%; no core saturated; "
         "link queues not read: OSError: gone")
 
@@ -341,5 +345,5 @@ def test_pacer_section_takes_every_pacer_setting():
     """The session writes the scenario's pacer settings (``PacerSpec.model_dump``) into the
     results' pacer section: a setting added to one and not the other failed only in a lab."""
     from session.daemons import PacerSpec
-    section = R.PacerSection(**PacerSpec(spread=True).model_dump(), reports={})
+    section = PacerSection(**PacerSpec(spread=True).model_dump(), reports={})
     assert section.spread is True

@@ -133,7 +133,7 @@ def test_fault_needs_its_arguments(tmp_path):
 def test_fault_kinds_are_one_union(tmp_path):
     text = GOOD + "faults:\n  - {at_s: 1, kind: explode, vm: vm1}\n"
     msg = errors_of(write(tmp_path, text))["faults[0].kind"]
-    assert "link_down" in msg and "migrate" in msg  # the union's tags, from lab.events
+    assert "link_down" in msg and "migrate" in msg  # the union's tags, from contracts.events
 
 
 def test_fault_after_the_end_is_an_error(tmp_path):

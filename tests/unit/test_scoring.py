@@ -2,7 +2,7 @@
 import pytest
 
 from agents.clock import ClockSpec, Oscillator, Segment
-from agents.messages import Group, HistoryEntry
+from contracts.messages import Group, HistoryEntry
 from session.scoring import collocation_section, sync_section, true_time, truth_at, truth_groups
 
 S = 1_000_000_000

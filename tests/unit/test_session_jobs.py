@@ -6,6 +6,7 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 
 from session import session as ses
+from session.studies import placement
 from session.edge import Sensed
 from session.scenario import load
 
@@ -41,18 +42,19 @@ def run_jobs(monkeypatch, before, after) -> tuple[list, dict]:
         ran.append((name, list(vms)))
         return {"completion_s": 1.0, "verified": True, "placement": {"vms": list(vms)}}
 
-    monkeypatch.setattr(ses, "job_edge", edge)
-    monkeypatch.setattr(ses.jobs, "run", run)
-    monkeypatch.setattr(ses.incast, "drops", lambda lab: {})
+    monkeypatch.setattr(placement, "job_edge", edge)
+    monkeypatch.setattr(placement.jobs, "run", run)
+    monkeypatch.setattr(placement.incast, "drops", lambda lab: {})
     s = ses.Session.__new__(ses.Session)
-    s.sc, s.mesh, s.job_entries = sc, None, {}
+    s.sc, s.mesh = sc, None
     s.lab = SimpleNamespace(phys={f"vm{i}": f"phys{(i + 1) // 2}" for i in range(1, 9)})
     s.watcher = Watcher(ran, before, after)
     s.progress = lambda msg: None
     s.call = lambda fn, *a, **kw: fn(*a, **kw)
     s._halt = ses.threading.Event()
-    s._jobs()
-    return ran, s.job_entries
+    study = placement.Placement(s)
+    study.run()
+    return ran, study.live
 
 
 def test_every_job_is_placed_as_the_jobs_begin(monkeypatch):

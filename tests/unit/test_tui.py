@@ -12,8 +12,7 @@ pytest.importorskip("textual")
 
 from textual.widgets import TabbedContent  # noqa: E402
 
-from lab.errors import LabError  # noqa: E402
-from lab.events import (  # noqa: E402
+from contracts.events import (  # noqa: E402
     FAULT_KINDS,
     ClockStep,
     CpuHog,
@@ -27,6 +26,7 @@ from lab.events import (  # noqa: E402
     Rate,
     Resume,
 )
+from lab.errors import LabError  # noqa: E402
 from tui.app import make_app  # noqa: E402
 from tui.backend import Snapshot  # noqa: E402
 from tui.recorded import DEFAULT_RECORDING, RecordedBackend, Recorder, load_recording  # noqa: E402
@@ -541,7 +541,7 @@ def test_two_step_steps_show_as_they_finish():
             "rtos": 7}
     backend = LiveBackend.__new__(LiveBackend)
     backend.session = types.SimpleNamespace(
-        sc=sc, two_step_steps=[done], job_entries={},
+        sc=sc, live={"two_step": [done], "placement": {}}.get,
         timeline=[types.SimpleNamespace(kind="job_start", target="a2a_naive"),
                   types.SimpleNamespace(kind="job_start", target="a2a_aware")])
     views = backend._job_views()
@@ -568,7 +568,7 @@ def test_lb_runs_show_their_balancer_imbalance_and_link_bytes():
             "link_bytes": {"leaf1-spine10": 2_000_000, "leaf1-spine2": 4_100_000}}
     backend = LiveBackend.__new__(LiveBackend)
     backend.session = types.SimpleNamespace(
-        sc=sc, lb_runs=[done], job_entries={}, two_step_steps=[], state="jobs",
+        sc=sc, live={"lb": [done], "placement": {}, "two_step": []}.get, state="jobs",
         timeline=[types.SimpleNamespace(kind="job_start", target="lb_spray_all_to_all_symmetric"),
                   types.SimpleNamespace(kind="job_start", target="lb_reps_all_to_all_symmetric")])
     views = backend._lb_views()
@@ -726,7 +726,7 @@ def test_fabric_draws_down_saturated_dropping_and_hog_apart():
     ("link_up", {}, "link_up t"),
 ])
 def test_events_are_described_in_words(kind, params, words):
-    from lab.events import describe
+    from contracts.events import describe
     assert describe(kind, "t", params) == words
 
 

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("textual")
 
-from session.results import CassiniSet  # noqa: E402
+from contracts.studies.cassini import CassiniSet  # noqa: E402
 from tui.app import make_app  # noqa: E402
 from tui.recorded import RecordedBackend  # noqa: E402
 from tui.widgets.circles import RADIUS, CirclesView, draw_rings, render_sets  # noqa: E402

@@ -1,7 +1,7 @@
 """CASSINI's circles: per job set, the unified circle with each job's collective arcs where its
 time shift puts them, and what every mode measured.
 
-Drawn from the results' ``cassini.sets`` entries (``session.results.CassiniSet``) in the
+Drawn from the results' ``cassini.sets`` entries (``contracts.studies.cassini.CassiniSet``) in the
 snapshot: each job's circle is rebuilt from its measured profile, slot and shift
 (``scheduler.plan.circle``) and laid on the unified circle (perimeter ``perimeter_s``), as in
 the paper's figures (Rajasekaran et al., CASSINI, NSDI 2024, section 3). Rings, outside in:
@@ -16,8 +16,8 @@ import numpy as np
 from rich.text import Text
 from textual.widgets import Static
 
+from contracts.studies.cassini import CassiniSet
 from scheduler.plan import Profile, circle
-from session.results import CassiniSet
 from tui.backend import Snapshot
 
 RADIUS = 5

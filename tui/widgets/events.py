@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import RichLog
 
-from lab.events import LinkDown
+from contracts.events import LinkDown
 from tui.backend import EventView, Snapshot, kind_of
 
 SOURCE_STYLE = {"tui": "bold yellow", "step": "bold cyan", "timeline": "cyan", "lab": "grey62",

@@ -30,7 +30,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, WithJsonSchema
 
-from agents.tcpsense import DestStats, NetCounters
+from contracts.enums import ActivePacerMode
+from contracts.tcp import DestStats, NetCounters
 
 __all__ = ["HEALTH_SCHEMA", "RECORD", "REPORT_SCHEMA", "STATE_SCHEMA", "AgentMessage",
            "AgentStats", "Collocation", "CoordinatorState", "Group", "Health", "Hello",
@@ -230,7 +231,7 @@ class PacerReport(_Wire):
     """This VM's name."""
     t_ns: int
     """This VM's clock when the report was made, ns."""
-    mode: Literal["sense", "pace"]
+    mode: ActivePacerMode
     """``sense``: measure only; ``pace``: hold destinations above the threshold."""
     threshold_us: float
     """On-Ramp's threshold T, us."""

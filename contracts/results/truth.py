@@ -1,0 +1,74 @@
+"""The results' ``truth`` section: what the lab injected, against which every estimate is
+scored (placements, the VM clocks' parameters, the fault timeline).
+
+Units: ns, s, ppm.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from contracts.base import Model
+from contracts.enums import SegmentKind
+from contracts.events import Source
+
+
+class Wander(Model):
+    """One cosine of an oscillator's frequency wander."""
+
+    amplitude_ppm: float = Field(description="ppm")
+    period_s: float = Field(description="s")
+    phase_rad: float = Field(description="rad")
+
+
+class Oscillator(Model):
+    """A physical host's oscillator: base drift plus wander."""
+
+    base_ppm: float = Field(description="base frequency error, ppm")
+    wander: list[Wander]
+
+
+class Segment(Model):
+    """A stretch of a VM's clock (a new one starts at a clock step, a migration, or a
+    correction the VM made to its own clock: adjtimex, settimeofday)."""
+
+    start_ns: int = Field(description="true time the segment starts, ns (CLOCK_REALTIME)")
+    offset_ns: float = Field(description="t_vm - t at the start, ns")
+    host: str = Field(description="physical host whose oscillator drives it")
+    kind: SegmentKind = Field(
+        "start", description="what started it: the lab (start, step, migrate) or the VM's own "
+        "discipline (vm_frequency: adjtimex frequency/tick; vm_step: settimeofday, "
+        "clock_settime, ADJ_SETOFFSET)")
+    corr_ppm: float = Field(0.0, description="the VM's own frequency correction in force, ppm "
+                                             "(on top of its host's oscillator)")
+
+
+class Clocks(Model):
+    oscillators: dict[str, Oscillator] = Field(description="by physical host")
+    vms: dict[str, list[Segment]] = Field(description="by VM: its clock segments")
+
+
+class FaultEvent(Model):
+    """One entry of the ground-truth timeline: a fault applied, or a note (job_start, load,
+    a flap's transitions, ...)."""
+
+    t_s: float = Field(description="s after bring-up (true time)")
+    true_ns: int = Field(description="ns, the machine's CLOCK_REALTIME")
+    kind: str = Field(description="a fault kind, or a note: job_start, job_end, load, ...")
+    target: str = Field(description="a-b for a link, a VM, a job or a flow (src->dst)")
+    params: dict[str, Any] = Field(description="the fault's or note's parameters (units in "
+                                               "their names: mbit Mbit/s, percent, step_ms)")
+    source: Source = Field("lab", description="who caused it: lab (the lab itself: notes, "
+                           "jobs, load, a flap's transitions), timeline (the scenario at its "
+                           "time), step (a timeline entry played early), tui (a person in the "
+                           "TUI), test (a test, through nslab_pytest.inject)")
+
+
+class TruthSection(Model):
+    """What really happened (the lab injected it), to score the agents against."""
+
+    placements: dict[str, str] = Field(description="VM -> physical host at the start")
+    placements_end: dict[str, str] = Field(description="VM -> physical host at the end")
+    clocks: Clocks
+    faults: list[FaultEvent] = Field(description="the fault timeline, in time order")

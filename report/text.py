@@ -1,0 +1,157 @@
+"""The printed report of a results document (what ``nslab run`` and ``nslab report`` print):
+the lab, the truth, the agents' estimates, the jobs, then each study's lines
+(``contracts.studies``). Imports only the contracts.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from contracts.events import describe
+from contracts.results import Results, validate
+from contracts.results.agents import Stats
+from contracts.results.lab import Fidelity
+from contracts.studies import VIEWS
+
+
+def report(results: Results | Mapping) -> str:
+    """A human-readable summary of a results document (what ``nslab run`` prints).
+
+    Raises:
+        pydantic.ValidationError: a dict that is not a valid document.
+    """
+    doc = validate(results)
+    lab, truth, sc = doc.lab, doc.truth, doc.scenario
+    fid = lab.fidelity
+    lines = [f"nslab run: {sc.name} (seed {sc.seed}, {sc.duration_s} s)",
+             f"  lab {lab.name}: {lab.nodes} nodes, {len(lab.vms)} VMs, "
+             f"{len(lab.links)} links; up in {lab.bringup_s} s, "
+             f"down in {lab.teardown_s} s",
+             "  physical hosts:"]
+    by_host: dict[str, list[str]] = {}
+    for vm, host in truth.placements.items():
+        by_host.setdefault(host, []).append(vm)
+    oscs = truth.clocks.oscillators
+    for host, members in sorted(by_host.items()):
+        osc = oscs.get(host)
+        drift = f"{osc.base_ppm:+8.3f}" if osc else f"{'?':>8s}"
+        lines.append(f"    {host:8s} drift {drift} ppm  VMs {' '.join(members)}")
+    lines.append("  timeline:")
+    for ev in truth.faults:
+        lines.append(f"    {ev.t_s:7.2f} s  {ev.kind:11s} {describe('', ev.target, ev.params)}")
+    if fid.samples and fid.cpu_busy and fid.softirq:
+        lines.append("  " + fidelity_line(fid))
+    for f in doc.load or []:
+        got = f"{f.mbit} Mbit/s" if f.mbit is not None else f"error: {f.error}"
+        lines.append(f"  load {f.protocol} {f.src}->{f.dst} at {f.at_s} s for "
+                     f"{f.duration_s} s: {got}")
+    lines += _agents_report(doc)
+    for j in doc.jobs or []:
+        where = " ".join(j.placement.vms) if j.placement else ""
+        shared = j.placement.shared_host_ranks if j.placement else None
+        if j.error:
+            lines.append(f"  job {j.name} ({j.collective}) on {where or '-'}: "
+                         f"ERROR {j.error}")
+            continue
+        p50 = j.iteration_s.p50 if j.iteration_s else 0
+        completion = f"{j.completion_s:.3f}" if j.completion_s is not None else "-"
+        lines.append(f"  job {j.name} ({j.collective}, {j.bytes} B) on {where} "
+                     f"[{shared} ranks share a host]: completion {completion} s, "
+                     f"iteration p50 {p50:.4f} s, verified {j.verified}")
+    for view in VIEWS:
+        lines += view.report_lines(doc)
+    td = doc.teardown
+    state = "clean" if td.clean else "LEFTOVERS " + ", ".join(td.leftovers)
+    lines.append(f"  teardown: {state}")
+    return "\n".join(lines)
+
+
+def fidelity_line(fid: Fidelity) -> str:
+    """The fidelity section in one line: saturated or not, which cores were (busy >= 90 % in
+    >= 25 % of the samples, with their softirq share), which link directions the CPU
+    probably limited, e.g. ``fidelity: SATURATED - cpu1 busy >= 90% for 62% of the run
+    (softirq p50 41%); links probably CPU-limited: leaf1->spine1 (sent 55% of its rate while
+    queued); distrust timings``. Needs a section with samples (``cpu_busy`` set)."""
+    hot = [f"cpu{c.cpu} busy >= 90% for {c.hot_share:.0%} of the run (softirq p50 "
+           f"{c.softirq.p50:.0%})" for c in fid.cores or [] if c.saturated]
+    parts = [f"CPU busy p50 {fid.cpu_busy.p50:.0%} max {fid.cpu_busy.max:.0%}, softirq max "
+             f"{fid.softirq.max:.0%}"]
+    if fid.cores is not None:
+        parts = [", ".join(hot)] if hot and fid.saturated else parts + [
+            ", ".join(hot) if hot else "no core saturated"]
+    if fid.queues is not None:
+        limited = [f"{q.link} (sent {q.rate_ratio.p50:.0%} of its rate while queued)"
+                   for q in fid.queues if q.cpu_limited]
+        parts.append("links probably CPU-limited: " + ", ".join(limited) if limited
+                     else "no link queue limited by the CPU")
+    if fid.queues_error:
+        parts.append(f"link queues not read: {fid.queues_error}")
+    if fid.saturated:
+        return f"fidelity: SATURATED - {'; '.join(parts)}; distrust timings"
+    return f"fidelity: ok - {'; '.join(parts)}"
+
+
+def _fmt(stats: Stats, unit: str) -> str:
+    if not stats.n:
+        return "no data"
+    return f"p50 {stats.p50} p99 {stats.p99} max {stats.max} {unit}"
+
+
+def _vm_order(name: str) -> tuple:
+    return len(name), name
+
+
+def _agents_report(doc: Results) -> list[str]:
+    lines = []
+    cost = doc.agents
+    if cost:
+        cpu, bits = cost.agent_cpu_core, cost.probe_bit_s
+        if cpu.p50 is not None:
+            boot = cost.agent_startup_cpu_s.p50
+            after = f" after start-up ({boot:.2f} s)" if boot is not None else ""
+            lines.append(f"  agents: CPU per agent p50 {cpu.p50:.1%} max {cpu.max:.1%} of "
+                         f"a core{after}, coordinator {cost.coordinator_cpu_core or 0:.1%}; "
+                         f"probes p50 {(bits.p50 or 0) / 1e3:.1f} kbit/s per agent; RSS agent p50 "
+                         f"{cost.agent_rss_mb.p50} MiB, coordinator "
+                         f"{cost.coordinator_rss_mb} MiB")
+        if cost.error:
+            lines.append(f"  agents: {cost.error}")
+    sync = doc.sync
+    if sync:
+        conv = f"{sync.converged_s} s" if sync.converged_s is not None else "not reached"
+        lines += [f"  clock sync vs truth (reference {sync.reference}, "
+                  f"{sync.windows} windows; within {sync.converged_us} us after {conv}):",
+                  f"    nslab (Huygens)  offset |err| {_fmt(sync.offset_error_us, 'us')}",
+                  f"                     drift  |err| {_fmt(sync.drift_error_ppm, 'ppm')}",
+                  f"    NTP-style        offset |err| "
+                  f"{_fmt(sync.baseline_ntp.offset_error_us, 'us')}",
+                  f"                     drift  |err| "
+                  f"{_fmt(sync.baseline_ntp.drift_error_ppm, 'ppm')}"]
+        if sync.chrony:
+            c = sync.chrony
+            conv = f"{c.converged_s} s" if c.converged_s is not None else "not reached"
+            lines += [f"    chrony (server {c.server}; within {c.converged_us} us after "
+                      f"{conv})",
+                      f"                     offset |err| {_fmt(c.offset_error_us, 'us')}",
+                      f"                     drift  |err| {_fmt(c.drift_error_ppm, 'ppm')}"]
+    owd = doc.owd_us
+    if owd and owd.pairs:
+        vms = sorted({v for k in owd.pairs for v in k.split("->")}, key=_vm_order)
+        lines.append("  one-way delay p50, us (row -> column):")
+        lines.append("    " + "".join(f"{v:>8s}" for v in ["", *vms]))
+        for a in vms:
+            cells = []
+            for b in vms:
+                p = owd.pairs.get(f"{a}->{b}")
+                cells.append(f"{p.p50_us:8.1f}" if p and p.p50_us is not None
+                             else f"{'-':>8s}")
+            lines.append(f"    {a:>8s}" + "".join(cells))
+    col = doc.collocation
+    if col:
+        found = ", ".join("{" + " ".join(g.members) + f"}} {g.confidence:.2f}"
+                          for g in col.groups if len(g.members) > 1) or "none"
+        truth = ", ".join("{" + " ".join(g) + "}" for g in col.truth_groups if len(g) > 1)
+        lines += [f"  collocation: found {found}",
+                  f"               truth {truth or 'none'}",
+                  f"               precision {col.precision} recall {col.recall}, "
+                  f"held since {col.detected_after_s} s"]
+    return lines

@@ -1,0 +1,33 @@
+"""The load-balancer comparison: every balancer in turn on every VM (``session.lb``); each run
+joins ``live`` as it finishes. The fabric modes it needs are checked before bring-up."""
+from __future__ import annotations
+
+from lab.fabric import require_fabric
+from session import jobs, lb
+from session.studies.base import Study
+
+
+class Lb(Study):
+    key = "lb"
+
+    def __init__(self, session):
+        super().__init__(session)
+        self.section: dict | None = None
+
+    @staticmethod
+    def enabled(sc) -> bool:
+        return sc.lb is not None
+
+    def check(self, capabilities: dict) -> None:
+        for mode in sorted(lb.fabric_modes(self.session.sc.lb)):
+            require_fabric(mode, capabilities)
+
+    def run(self) -> None:
+        s = self.session
+        vms = jobs.naive(list(s.lab.phys), len(s.lab.phys))
+        self.section = lb.Runner(s.lab, s.sc.lb, s.sc.topology, vms, s.call,
+                                 s.progress).run(self.live)
+
+    def sections(self, out: dict) -> None:
+        if self.section is not None:
+            out["lb"] = self.section

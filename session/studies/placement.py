@@ -1,0 +1,72 @@
+"""The scenario's jobs, one after another, and the naive / collocation-aware comparison.
+
+Every job's VMs are chosen as the jobs begin, from the agents' groups then (a later job is not
+placed from groups an earlier job's load moved); a job that could not be placed then (no
+groups yet) is placed at its turn. Each job runs with its pacers (``session.edge``); its entry
+carries the lab's queue drops while it ran (``fabric_drops``, per link ``drops_by_link``).
+Jobs of other studies (``Scenario.own_turn_jobs``) are left to them.
+"""
+from __future__ import annotations
+
+import contextlib
+
+from lab.errors import LabError
+from session import incast, jobs, scoring
+from session.edge import job_edge
+from session.studies.base import Study
+
+
+class Placement(Study):
+    key = "placement"
+
+    def __init__(self, session):
+        super().__init__(session)
+        self.live: dict[str, dict] = {}
+
+    @staticmethod
+    def enabled(sc) -> bool:
+        return any(s.name not in sc.own_turn_jobs() for s in sc.jobs)
+
+    def _specs(self) -> list:
+        own_turn = self.session.sc.own_turn_jobs()
+        return [s for s in self.session.sc.jobs if s.name not in own_turn]
+
+    def run(self) -> None:
+        s = self.session
+        specs = self._specs()
+        chosen: dict[str, list[str]] = {}
+        for spec in specs:
+            with contextlib.suppress(LabError, ValueError):  # placed at its turn instead
+                chosen[spec.name] = s.choose(spec)
+        for spec in specs:
+            if s.halted:
+                return
+            self.live[spec.name] = self._run_job(spec, chosen.get(spec.name))
+
+    def _run_job(self, spec, vms: list[str] | None) -> dict:
+        s = self.session
+        policy = spec.placement if isinstance(spec.placement, str) else "explicit"
+        try:
+            vms = vms or s.choose(spec)
+            s.progress(f"job {spec.name}: {spec.collective} on {' '.join(vms)}")
+            before = s.call(incast.drops, s.lab)
+            with job_edge(s.lab, s.mesh, vms, spec.pacer, s.sc.pacer) as sensed:
+                entry = jobs.run(s.lab, spec.name, spec.config(), vms)
+            after = s.call(incast.drops, s.lab)
+        except (LabError, ValueError) as e:
+            return {"name": spec.name, "collective": spec.collective, "error": str(e),
+                    "verified": False, "completion_s": None}
+        entry["drops_by_link"] = {k: n - before.get(k, 0) for k, n in after.items()
+                                  if n > before.get(k, 0)}
+        entry["fabric_drops"] = sum(entry["drops_by_link"].values())
+        entry["placement"]["policy"] = policy
+        entry["edge"] = {"pacer": spec.pacer, "cc": spec.cc,
+                         "retransmits": sensed.retransmits, "rtos": sensed.rtos,
+                         "owd_p99_us": sensed.owd_p99_us}
+        s.progress(f"job {spec.name}: completion {entry['completion_s']} s, "
+                   f"verified {entry['verified']}")
+        return entry
+
+    def sections(self, out: dict) -> None:
+        out["jobs"] = [self.live[s.name] for s in self._specs() if s.name in self.live]
+        out["placement_comparison"] = scoring.placement_comparison(out["jobs"])
