@@ -57,7 +57,7 @@ from agents.gate import GateConfig
 from agents.hold import Holder
 from agents.pacerio import Engine
 from agents.tcpsense import by_destination, netstat, sense
-from contracts.messages import CoordinatorState, PacerDest, PacerReport
+from contracts.messages import ClockEstimate, CoordinatorState, PacerDest, PacerReport
 
 __all__ = ["Pacer", "PacerConfig", "Sync"]
 
@@ -119,8 +119,8 @@ class Sync:
         self.me, self.sigma_ns, self.stale_ns = me, sigma_ns, stale_s * 1e9
         self.state: CoordinatorState | None = None
         self.polled_ns = 0
-        self.good: dict[str, tuple[float, float, int | None, int]] = {}
-        """VM -> its last good estimate: (offset ns, drift ppm, reference time ns, polled ns)."""
+        self.good: dict[str, tuple[ClockEstimate, int]] = {}
+        """VM -> its last good estimate and when it was polled (ns)."""
 
     def update(self, state: CoordinatorState, now_ns: int) -> None:
         self.state, self.polled_ns = state, now_ns
@@ -129,7 +129,7 @@ class Sync:
         for name, vs in state.vms.items():
             if vs.offset_ns is not None and (vs.offset_sigma_ns is None
                                              or vs.offset_sigma_ns <= self.sigma_ns):
-                self.good[name] = (vs.offset_ns, vs.drift_ppm or 0.0, state.t_ns, now_ns)
+                self.good[name] = (state.estimate(name), now_ns)
 
     def why_not(self, dst: str, now_ns: int) -> str | None:
         """None when ``dst`` can be gated on, else the reason in words."""
@@ -140,7 +140,7 @@ class Sync:
             return "clock sync converging (fewer than 2 windows): gate open"
         for v in (self.me, dst):
             good = self.good.get(v)
-            if good is not None and now_ns - good[3] <= self.stale_ns:
+            if good is not None and now_ns - good[1] <= self.stale_ns:
                 continue
             vs = st.vms.get(v)
             if vs is None or vs.offset_ns is None or vs.offset_sigma_ns is None:
@@ -150,20 +150,15 @@ class Sync:
         return None
 
     def clock_of(self, vm: str) -> tuple[float, float, int | None]:
-        """``vm``'s clock against the reference from its last good estimate: (offset ns, drift
-        ppm, at reference time ns or None); ``theta(t) = offset + drift x 1e-6 x (t - offset -
-        at)`` is its clock minus the reference's at its own reading ``t`` (0 drift term
-        without ``at``), ``at`` the last state's (one reference for every VM: the compiled
-        loop keeps one), a held-over offset moved to it along its drift. Zeros when unknown
-        (``why_not`` says so)."""
+        """``vm``'s clock against the reference from its last good estimate, moved along its
+        drift to the last state's time (one reference for every VM: the compiled loop keeps
+        one): (offset ns, drift ppm, reference time ns or None), the compiled loop's
+        ``ClockEstimate.offset_at_vm``. Zeros when unknown (``why_not`` says so)."""
         good = self.good.get(vm)
         if good is None:
             return 0.0, 0.0, None
-        off, drift, at, _ = good
-        now_at = self.state.t_ns if self.state is not None else None
-        if at is None or now_at is None:
-            return off, drift, at
-        return off + drift * 1e-6 * (now_at - at), drift, now_at
+        est = good[0].moved_to(self.state.t_ns if self.state is not None else None)
+        return est.offset_ns, est.drift_ppm, est.ref_ns
 
 
 class Pacer:

@@ -101,6 +101,7 @@ def load() -> ctypes.CDLL:
                                f"({e}): run `make setup`") from e
         p, i, u32p = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint32)
         sigs = {"npc_gate_new": (p, [ctypes.POINTER(_GateCfg), i]),
+                "npc_offset_at_vm": (_f64, [_f64, _f64, _i64, _i64]),
                 "npc_gate_free": (None, [p]),
                 "npc_gate_decide": (i, [p, i, _f64, _i64, _i64, i, ctypes.POINTER(_f64),
                                         ctypes.POINTER(_i64)]),
@@ -199,7 +200,7 @@ class Engine:
     def set_dest(self, i: int, active: bool, synced: bool, offset_ns: float, drift_ppm: float,
                  t_ref_ns: int) -> None:
         """Destination ``i`` (``i == len(peers)``: this VM): probed, gated, and its clock's
-        offset and drift against the reference at ``t_ref_ns`` (``Sync.theta_ns``)."""
+        offset and drift against the reference at ``t_ref_ns`` (``ClockEstimate.offset_at_vm``)."""
         self.lib.npc_set_dest(self.h, i, int(active), int(synced), offset_ns, drift_ppm,
                               t_ref_ns)
 

@@ -25,6 +25,7 @@ Effect for Scalable, Fine-grained Clock Synchronization", NSDI 2018.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -261,6 +262,34 @@ def parse_message(line: bytes | str) -> Hello | Report | PacerReport:
 
 
 # ---- coordinator API (nslab.coordinator/1) ------------------------------------------------
+@dataclass(frozen=True)
+class ClockEstimate:
+    """A VM clock against the reference: ``offset_ns`` (VM clock minus reference, ns) and
+    ``drift_ppm`` at reference time ``ref_ns`` (None: no drift term), e.g.
+    ``CoordinatorState.estimate(vm)``. The one formula every user of the estimates applies."""
+
+    offset_ns: float
+    drift_ppm: float
+    ref_ns: int | None
+
+    def offset_at(self, t_ns: int) -> float:
+        """The offset at reference time ``t_ns``: ``offset + drift x 1e-6 x (t - ref)``, ns."""
+        if self.ref_ns is None:
+            return self.offset_ns
+        return self.offset_ns + self.drift_ppm * 1e-6 * (t_ns - self.ref_ns)
+
+    def offset_at_vm(self, vm_ns: int) -> float:
+        """The offset at the VM's own reading ``vm_ns`` (its reference time taken as
+        ``vm_ns - offset``), ns; ``agents/native/pacer.c`` ``npc_offset_at_vm`` mirrors it."""
+        return self.offset_at(vm_ns - self.offset_ns)
+
+    def moved_to(self, t_ns: int | None) -> ClockEstimate:
+        """The same estimate with its reference time moved to ``t_ns`` along its drift."""
+        if t_ns is None or self.ref_ns is None:
+            return self
+        return ClockEstimate(self.offset_at(t_ns), self.drift_ppm, t_ns)
+
+
 class VmState(_Wire):
     """One VM as the coordinator knows it; estimates are at ``CoordinatorState.t_ns``."""
 
@@ -387,6 +416,13 @@ class CoordinatorState(_Wire):
     """The latest report of each VM's pacer, when pacers run (``python -m agents pacer``)."""
     counters: dict[str, int] = Field(default_factory=dict)
     """Coordinator diagnostics (``late_records``, ``bad_records``, ``bad_messages``, ...)."""
+
+    def estimate(self, vm: str) -> ClockEstimate | None:
+        """``vm``'s offset and drift at ``t_ns``; None without an offset estimate."""
+        vs = self.vms.get(vm)
+        if vs is None or vs.offset_ns is None:
+            return None
+        return ClockEstimate(vs.offset_ns, vs.drift_ppm or 0.0, self.t_ns)
 
 
 class Health(_Wire):

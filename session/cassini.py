@@ -63,12 +63,11 @@ def offsets(state: CoordinatorState | None, vms: Sequence[str], at_ns: int,
         return None
     offs, drifts = [], []
     for v in vms:
-        vm = state.vms.get(v)
-        if vm is None or vm.offset_ns is None:
+        est = state.estimate(v)
+        if est is None:
             return None
-        drift = vm.drift_ppm or 0.0
-        offs.append(round(vm.offset_ns + drift * 1e-6 * (at_ns - state.t_ns)))
-        drifts.append(drift)
+        offs.append(round(est.offset_at(at_ns)))
+        drifts.append(est.drift_ppm)
     return offs, drifts
 
 

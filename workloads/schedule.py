@@ -25,6 +25,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.messages import ClockEstimate
+
 MAX_SLEEP_S = 0.05  # re-read the clock at least this often while waiting for a slot
 
 
@@ -53,10 +55,10 @@ class Schedule(BaseModel):
 
     def slot_ns(self, iteration: int, rank: int) -> int:
         """Start of ``iteration``'s slot on rank ``rank``'s VM clock, ns."""
-        since = (self.shift_s + iteration * self.period_s) * 1e9
-        offset = self.offsets_ns[rank] if self.offsets_ns else 0
-        drift = self.drifts_ppm[rank] if self.drifts_ppm else 0.0
-        return self.start_ns + offset + round(since * (1 + drift * 1e-6))
+        t_ref = self.start_ns + round((self.shift_s + iteration * self.period_s) * 1e9)
+        est = ClockEstimate(self.offsets_ns[rank] if self.offsets_ns else 0,
+                            self.drifts_ppm[rank] if self.drifts_ppm else 0.0, self.start_ns)
+        return t_ref + round(est.offset_at(t_ref))
 
     def first_slot(self, now_ns: int, rank: int) -> int:
         """The first slot k >= 0 whose start on rank ``rank``'s VM clock is not before

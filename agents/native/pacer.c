@@ -13,7 +13,7 @@
  *      the ones sent before it; others, duplicates or a previous pacer's, are only counted)
  *      into a one-way delay on the synchronized clocks,
  *      owd = (rx - theta_dst(rx)) - (tx - theta_me(tx)),
- *      theta_v(t) = off_v + drift_v x 1e-6 x (t - off_v - t_ref) (agents.pacer.Sync.theta_ns),
+ *      theta_v(t) = off_v + drift_v x 1e-6 x (t - off_v - t_ref) (npc_offset_at_vm),
  *      and runs On-Ramp's gate on it (npc_gate_decide: agents/gate.py's Gate.decide, the same
  *      arithmetic in the same order, which the unit tests check on the same inputs);
  *   4. holds a destination by sending its prebuilt RTM_NEWQDISC message (agents/hold.py builds
@@ -437,10 +437,18 @@ void npc_set_dest(struct npc *h, int i, int active, int synced, double off_ns, d
     pthread_mutex_unlock(&h->mu);
 }
 
+/* A VM clock's offset against the reference at its own reading ``at`` (ns), from its offset
+ * ``off`` (ns) and drift (ppm) at reference time ``t_ref``: the same as
+ * contracts.messages.ClockEstimate.offset_at_vm (a unit test checks both on the same numbers). */
+double npc_offset_at_vm(double off, double drift, int64_t t_ref, int64_t at)
+{
+    double elapsed = (double)(at - t_ref) - off;
+    return off + drift * 1e-6 * elapsed;
+}
+
 static double theta(const struct npc *h, double off, double drift, int64_t at)
 {
-    double elapsed = (double)(at - h->t_ref) - off;
-    return off + drift * 1e-6 * elapsed;
+    return npc_offset_at_vm(off, drift, h->t_ref, at);
 }
 
 static void emit(struct npc *h, const struct npc_rec *r)
