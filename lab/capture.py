@@ -24,6 +24,7 @@ import time
 from typing import TYPE_CHECKING
 
 from lab.errors import CapabilityError, LabError
+from lab.wait import wait_until
 
 if TYPE_CHECKING:  # pragma: no cover
     from lab.lab import Lab
@@ -120,19 +121,19 @@ class Capture:
             return ""
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_S
         waiting = dict(self._procs)
-        while waiting:
+
+        def listening() -> bool:
             for path, proc in list(waiting.items()):
                 log = self._log(path)
                 if "listening on" in log:
                     del waiting[path]
                 elif proc.poll() is not None:
                     raise LabError(f"tcpdump for {path} exited: {log.strip() or proc.returncode}")
-            if waiting and time.monotonic() > deadline:
-                raise LabError(f"tcpdump did not start within {READY_S} s: "
-                               f"{', '.join(waiting)}")
-            time.sleep(0.02)
+            return not waiting
+
+        if not wait_until(listening, READY_S, 0.02):
+            raise LabError(f"tcpdump did not start within {READY_S} s: {', '.join(waiting)}")
 
     def stop(self) -> dict[str, str]:
         """SIGTERM every tcpdump (it flushes and exits; SIGKILL after ``STOP_S``); the pcap

@@ -16,6 +16,7 @@ the hosts their budgets.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
@@ -25,6 +26,7 @@ import time
 from lab.capabilities import cgroup_mode
 from lab.errors import CapabilityError, LabError
 from lab.names import lab_prefix
+from lab.wait import wait_until
 
 PERIOD_US = 10_000
 MIN_QUOTA_US = 1_000
@@ -205,19 +207,14 @@ class Cgroups:
 
     def kill_all(self, timeout_s: float = 2.0) -> None:
         """SIGKILL every process in the lab's cgroups (all of them were started by the lab)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            pids = self._all_pids()
-            if not pids:
-                return
-            for pid in pids:
-                try:
+        def gone() -> bool:
+            for pid in self._all_pids():
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            if time.monotonic() > deadline:
-                raise LabError(f"processes {sorted(pids)} survive in the lab's cgroups")
-            time.sleep(0.02)
+            return not self._all_pids()
+
+        if not wait_until(gone, timeout_s, 0.02):
+            raise LabError(f"processes {sorted(self._all_pids())} survive in the lab's cgroups")
 
     def _all_pids(self) -> set[int]:
         pids: set[int] = set()

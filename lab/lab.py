@@ -34,6 +34,7 @@ from lab.links import LINK_KEYS, ShapedLink
 from lab.names import check_lab_name, lab_prefix, state_dir
 from lab.netlink import remove_netns
 from lab.nodes import VM, Router, fabric_node
+from lab.wait import wait_until
 from topo.routing import ecmp_routes, path_slots
 
 
@@ -58,10 +59,8 @@ def alive(pid: int) -> bool:
 def survivors(pids: list[int], timeout_s: float = 1.0) -> list[int]:
     """The processes of ``pids`` still alive after up to ``timeout_s`` s (signals are
     delivered at once, exits take a moment)."""
-    deadline = time.monotonic() + timeout_s
-    while (left := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return left
+    left = wait_until(lambda: not [p for p in pids if alive(p)], timeout_s, 0.01)
+    return [] if left else [p for p in pids if alive(p)]
 
 
 def check_link_params(topo: Topo, netem: bool) -> None:

@@ -19,7 +19,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -34,6 +33,7 @@ from lab.capture import Capture
 from lab.errors import LabError
 from lab.lab import Lab
 from lab.names import state_dir
+from lab.wait import wait_until
 from nslab_pytest.names import next_lab_name
 from session.daemons import AgentMesh, AgentsSpec
 from session.document import truth_section
@@ -67,16 +67,20 @@ class Proc:
             TimeoutError: not within ``timeout_s`` s, or it exited without writing it (its
                 output is quoted).
         """
-        deadline = time.monotonic() + timeout_s
-        while True:
+        seen = {"out": ""}
+
+        def said() -> bool:
             exited = self.popen.poll() is not None  # before reading: its last words count
-            out = self.output()
-            if text in out:
-                return out
-            if exited or time.monotonic() > deadline:
-                raise TimeoutError(f"{self.vm}: no {text!r} in its output within {timeout_s} s "
-                                   f"(exit code {self.popen.poll()}):\n{out[-2000:]}")
-            time.sleep(0.05)
+            seen["out"] = self.output()
+            if text not in seen["out"] and exited:
+                raise TimeoutError(f"{self.vm}: exited ({self.popen.poll()}) without {text!r} "
+                                   f"in its output:\n{seen['out'][-2000:]}")
+            return text in seen["out"]
+
+        if not wait_until(said, timeout_s):
+            raise TimeoutError(f"{self.vm}: no {text!r} in its output within {timeout_s} s "
+                               f"(exit code {self.popen.poll()}):\n{seen['out'][-2000:]}")
+        return seen["out"]
 
     def wait(self, timeout_s: float) -> int:
         """Its exit code.
@@ -331,14 +335,14 @@ def wait_agents(lab: Lab, until: Callable[[CoordinatorState], bool], timeout_s: 
         TimeoutError: not within ``timeout_s`` s (the windows seen are named);
         LabError: see ``agents_state``.
     """
-    deadline = time.monotonic() + timeout_s
-    state = None
-    while True:
-        state = agents_state(lab)
-        if state is not None and until(state):
-            return state
-        if time.monotonic() > deadline:
-            seen = f"{state.windows} windows" if state is not None else "no answer"
-            raise TimeoutError(f"agents of lab {lab.name}: condition not met within "
-                               f"{timeout_s} s ({seen})")
-        time.sleep(interval_s)
+    last = [None]
+
+    def met() -> bool:
+        state = last[0] = agents_state(lab)
+        return state is not None and bool(until(state))
+
+    if wait_until(met, timeout_s, interval_s):
+        return last[0]
+    seen = f"{last[0].windows} windows" if last[0] is not None else "no answer"
+    raise TimeoutError(f"agents of lab {lab.name}: condition not met within {timeout_s} s "
+                       f"({seen})")

@@ -34,6 +34,7 @@ from agents.clock import ClockSpec
 from lab import qos
 from lab.errors import LabError
 from lab.tc import TrafficClass
+from lab.wait import wait_until
 from scheduler import plan as planner
 from session import jobs
 from session.scenario import CassiniSet, CassiniSpec
@@ -75,12 +76,14 @@ def _estimates(state: Callable[[], CoordinatorState | None], vms: Sequence[str]
                ) -> CoordinatorState | None:
     """The coordinator's state once it has an offset for every VM of ``vms``, or the last
     state after ``ESTIMATE_WAIT_S`` (a loaded coordinator may answer late, or not at once)."""
-    deadline = time.monotonic() + ESTIMATE_WAIT_S
-    while True:
-        st = state()
-        if offsets(st, vms, 0) is not None or time.monotonic() > deadline:
-            return st
-        time.sleep(0.5)
+    last = [None]
+
+    def estimated() -> bool:
+        last[0] = state()
+        return offsets(last[0], vms, 0) is not None
+
+    wait_until(estimated, ESTIMATE_WAIT_S, 0.5)
+    return last[0]
 
 
 def _run(lab: Lab, runs: list[tuple[str, JobConfig, list[str]]]) -> list[dict]:

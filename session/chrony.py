@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lab.capabilities import Capability
 from lab.errors import LabError
 from lab.names import state_dir
+from lab.wait import wait_until
 from session.scoring import _stats
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -81,6 +82,10 @@ def config(directory: str, server_ip: str | None, poll: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+READY_S = 10.0
+"""How long chronyd may take to write its pidfile, s."""
+
+
 class ChronyMesh:
     """chronyd in every VM of ``lab``; ``samples`` of the truth while they run."""
 
@@ -112,15 +117,25 @@ class ChronyMesh:
             self.procs[vm] = self.lab[vm].popen([exe, "-d", "-u", "root", "-f", conf],
                                                 stdout=log, stderr=subprocess.STDOUT)
             log.close()
-        time.sleep(0.3)
-        for vm, p in self.procs.items():
-            if p.poll() is not None:
-                path = os.path.join(state_dir(self.lab.name), "chrony", vm, "chronyd.log")
-                raise LabError(f"chronyd in {vm} exited ({p.returncode}): "
-                               f"{open(path).read()[-500:]}")
+        for vm in self.procs:
+            if not wait_until(lambda vm=vm: self._ready(vm), READY_S):
+                raise LabError(f"chronyd in {vm} wrote no pidfile within {READY_S} s")
         self.start_ns = time.time_ns()
         self._thread = threading.Thread(target=self._sample, daemon=True, name="nslab-chrony")
         self._thread.start()
+
+    def _ready(self, vm: str) -> bool:
+        """chronyd in ``vm`` has written its pidfile (it does once initialised).
+
+        Raises:
+            LabError: it exited (its log's end is quoted).
+        """
+        d = os.path.join(state_dir(self.lab.name), "chrony", vm)
+        p = self.procs[vm]
+        if p.poll() is not None:
+            with open(os.path.join(d, "chronyd.log")) as f:
+                raise LabError(f"chronyd in {vm} exited ({p.returncode}): {f.read()[-500:]}")
+        return os.path.exists(os.path.join(d, "chronyd.pid"))
 
     def _sample(self) -> None:
         while not self._halt.wait(self.sample_s):

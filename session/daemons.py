@@ -27,6 +27,7 @@ from lab import native
 from lab.errors import LabError
 from lab.names import state_dir
 from lab.netlink import entered
+from lab.wait import wait_until
 from workloads.stats import percentiles
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -203,17 +204,19 @@ class AgentMesh:
         Raises:
             LabError: it did not within ``timeout_s`` (its log is named).
         """
-        deadline = time.monotonic() + timeout_s
-        while True:
+        def healthy() -> bool:
             try:
                 ns_http_get(self.coordinator.netns, self.coordinator.IP(), HTTP_PORT,
                             "/api/v1/health", timeout=1.0)
-                return
+                return True
             except (OSError, ValueError):
-                if time.monotonic() > deadline or self.procs["coordinator"].poll() is not None:
-                    raise LabError("the coordinator did not come up; see "
-                                   f"{os.path.join(self.logdir, 'coordinator.log')}") from None
-                time.sleep(0.2)
+                if self.procs["coordinator"].poll() is not None:
+                    raise LabError("the coordinator exited; see " + log) from None
+                return False
+
+        log = os.path.join(self.logdir, "coordinator.log")
+        if not wait_until(healthy, timeout_s, 0.2):
+            raise LabError(f"the coordinator did not come up within {timeout_s:.0f} s; see {log}")
 
     def state(self, history: int | None = None) -> CoordinatorState | None:
         """The coordinator's ``/api/v1/state`` with its last ``history`` windows (None: all

@@ -7,7 +7,6 @@ The pacers' last reports (sent when they stop) give the job's TCP retransmission
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from contracts.messages import CoordinatorState, PacerReport
 from lab.errors import LabError
+from lab.wait import wait_until
 from session.daemons import AgentMesh, PacerSpec
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -45,16 +45,16 @@ def _reports(mesh: AgentMesh, vms: list[str], seen: dict[str, int],
     in ``seen`` (by t_ns) and later than ``after`` (``AgentMesh.start_pacers``' return: a
     stopped pacer's last report reaching the coordinator late is not the new one's), or the
     last state after ``REPORT_WAIT_S``."""
-    deadline = time.monotonic() + REPORT_WAIT_S
     after = after or {}
-    while True:
-        st = mesh.state()
-        if st is not None and all(v in st.pacers and st.pacers[v].t_ns != seen.get(v)
-                                  and st.pacers[v].t_ns > after.get(v, -1) for v in vms):
-            return st
-        if time.monotonic() > deadline:
-            return st
-        time.sleep(0.2)
+    last = [None]
+
+    def fresh() -> bool:
+        st = last[0] = mesh.state()
+        return st is not None and all(v in st.pacers and st.pacers[v].t_ns != seen.get(v)
+                                      and st.pacers[v].t_ns > after.get(v, -1) for v in vms)
+
+    wait_until(fresh, REPORT_WAIT_S, 0.2)
+    return last[0]
 
 
 def wait_synced(mesh: AgentMesh, vms: list[str], timeout_s: float,
@@ -68,18 +68,19 @@ def wait_synced(mesh: AgentMesh, vms: list[str], timeout_s: float,
     Raises:
         LabError: not within ``timeout_s`` (the pacers' states are named).
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        st = mesh.state()
-        if st is not None and all(v in st.pacers and st.pacers[v].synced
-                                  and st.pacers[v].t_ns > (started or {}).get(v, 0)
-                                  for v in vms):
-            return st
-        if time.monotonic() > deadline:
-            states = {v: st.pacers[v].status if st and v in st.pacers else "no report"
-                      for v in vms}
-            raise LabError(f"pacers not synchronized within {timeout_s:.0f} s: {states}")
-        time.sleep(0.5)
+    last = [None]
+
+    def synced() -> bool:
+        st = last[0] = mesh.state()
+        return st is not None and all(v in st.pacers and st.pacers[v].synced
+                                      and st.pacers[v].t_ns > (started or {}).get(v, 0)
+                                      for v in vms)
+
+    if wait_until(synced, timeout_s, 0.5):
+        return last[0]
+    st = last[0]
+    states = {v: st.pacers[v].status if st and v in st.pacers else "no report" for v in vms}
+    raise LabError(f"pacers not synchronized within {timeout_s:.0f} s: {states}")
 
 
 def _seen(st: CoordinatorState | None) -> dict[str, int]:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -40,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from lab.capabilities import require_root
 from lab.errors import LabError, ScenarioError, ScenarioProblem
+from lab.wait import wait_until
 from session.exercise_checks import KINDS, Kind, Live, Verdict, settled_window
 from session.scenario import Scenario, load, load_model
 from session.session import Session
@@ -205,15 +205,13 @@ def wait_settled(session: Session, timeout_s: float = SETTLE_S) -> None:
     if session.mesh is None:
         return
     names = [vm.name for vm in session.lab.vms]
-    deadline = time.monotonic() + timeout_s
-    while True:
+    def estimated() -> bool:
         window = settled_window(session.mesh.state(session.sc.agents.drift_windows))
-        if window is not None and all(v in window.vms and window.vms[v].offset_ns is not None
-                                      and window.vms[v].drift_ppm is not None for v in names):
-            return
-        if time.monotonic() > deadline:
-            return
-        time.sleep(0.5)
+        return window is not None and all(
+            v in window.vms and window.vms[v].offset_ns is not None
+            and window.vms[v].drift_ppm is not None for v in names)
+
+    wait_until(estimated, timeout_s, 0.5)
 
 
 def read_record(directory: str | Path, name: str) -> dict:
