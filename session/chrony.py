@@ -12,6 +12,7 @@ https://chrony-project.org/doc/4.3/chrony.conf.html).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -110,6 +111,8 @@ class ChronyMesh:
         for vm in [self.server] + [v for v in self.names if v != self.server]:
             d = os.path.join(state_dir(self.lab.name), "chrony", vm)
             os.makedirs(d, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):  # a crashed lab's: not ready
+                os.remove(os.path.join(d, "chronyd.pid"))
             conf = os.path.join(d, "chrony.conf")
             with open(conf, "w") as f:
                 f.write(config(d, None if vm == self.server else server_ip, self.spec.poll))
