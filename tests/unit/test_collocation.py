@@ -222,12 +222,12 @@ def test_components_change_nothing_but_the_work(monkeypatch):
                    for v, x in s.items()}
         cases += [((s, 0.02), {}), ((s, 0.02), {"offset_series": offsets,
                                                 "offset_sigma_ns": 150.0})]
-    split = [collocation._components(*_singles(s, 0.02)) for (s, _), _ in cases]
+    split = [collocation.components(*_singles(s, 0.02)) for (s, _), _ in cases]
     # hosts far apart are components of their own (fewer where missing windows move the
     # common mode by a host's drift)
     assert max(c.max() for c in split) >= 8, [c.max() for c in split]
     got = [collocation.group(*a, **kw) for a, kw in cases]
-    monkeypatch.setattr(collocation, "_components", lambda single, nv, s2, alpha:
+    monkeypatch.setattr(collocation, "components", lambda single, nv, s2, alpha:
                         np.zeros(nv, dtype=int))
     want = [collocation.group(*a, **kw) for a, kw in cases]
     assert [[g.members for g in gs] for gs in got] == [[g.members for g in gs] for gs in want]
@@ -236,12 +236,12 @@ def test_components_change_nothing_but_the_work(monkeypatch):
 
 
 def _singles(s, sigma):
-    """``_components``' arguments for series ``s``: one VM per row, s2 = sigma**2."""
-    from agents.collocation import _Cluster, _row_nanmedian, _Stack
+    """``components``' arguments for series ``s``: one VM per row, s2 = sigma**2."""
+    from agents.colloc_stats import Cluster, Stack, row_nanmedian
     x = np.vstack([s[v] for v in sorted(s)])
     fin = np.isfinite(x)
-    common = _row_nanmedian(x.T)
-    rows = _Stack.of([_Cluster([i], np.where(fin[i], x[i], 0.0), fin[i] * 1.0,
+    common = row_nanmedian(x.T)
+    rows = Stack.of([Cluster([i], np.where(fin[i], x[i], 0.0), fin[i] * 1.0,
                                np.zeros(x.shape[1]), np.zeros(x.shape[1]))
                       for i in range(len(x))], common)
     return rows, len(x), sigma ** 2, 1e-5
