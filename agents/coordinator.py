@@ -14,14 +14,9 @@ Pipeline for each window k (``window_s`` long on the reference VM's clock; centr
    window adds one until the span is centred (no lag behind the wander); the first windows,
    and those next to a gap, use the side that exists. A slope is used only when the offsets
    lie within ``drift_residual_ns`` of its line; otherwise (a clock step, a migration, a
-   reference change) the window keeps the drift it had: at first its own slope. Measured in
-   an idle 8-VM lab (software stamps): a window's own slope is off by p50 0.10 / p99
-   0.55 ppm; centred slopes of 3, 5 and 7 windows' offsets by p99 0.11, 0.057 and
-   0.033 ppm (the offsets' noise spread over 4, 8 and 12 s instead of the envelope's over
-   2 s). Measured again side by side (``benchmarks/sync.py --cases idle --seconds 40
-   --drift-windows 5,7,5,7``, issue 14): 5 windows p99 0.023 / 0.025 ppm, 7 windows 0.040 /
-   0.049 ppm: over 14 s the host's wander (periods of 20 s and more) bends the slope more
-   than the longer span averages out, so 5 stays the default. Collocation
+   reference change) the window keeps the drift it had: at first its own slope. A centred
+   slope spreads the offsets' noise over several windows; a longer span lets the host's
+   wander bend it (``benchmarks/sync.py --drift-windows`` compares spans). Collocation
    keeps the windows' own slopes: independent samples, as its statistics assume. The
    NTP-style baseline gets the same.
 6. Collocation (here, ``collocation.group``) over the per-window drift series of the last

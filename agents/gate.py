@@ -50,12 +50,9 @@ backlogs take to leave one by one. A sender needs no count of the others. While 
 waits, a sample above ``T`` (another sender's release already queueing) re-arms the wait for a
 fresh sample below ``T``, so the senders go back into the queue one after another while it
 stays short. A hold that saw no sample above ``T`` (a missing echo on a short queue) is not
-put off. The release never passes the hold's ``max_continuous_ns`` bound. Why off: measured
-after the probes stopped crowding the queue (``agents/native/pacer.c``, ``probe_due``), the
-paced incasts of ``benchmarks/pacer.py`` and of the issue's test dropped nothing with it or
-without it (4 senders; with 8 both dropped, the machine saturated; in one run with other labs
-saturating the machine 88 without, 0 with: not settled, README), and it made the rounds 4-11 %
-longer: the bottleneck idles until the first draw is due.
+put off. The release never passes the hold's ``max_continuous_ns`` bound. Off by default: the
+bottleneck idles until the first draw is due, which lengthens every round
+(``benchmarks/pacer.py`` compares both).
 
 Lag compensation (``predict``, ours, not in the paper): a sample describes the queue when its
 probe entered it, one OWD and an echo ago; an incast queue fills at several times its drain

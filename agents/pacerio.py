@@ -1,12 +1,10 @@
 """The pacer's control loop, compiled: ``libnslabpacer.so`` (``agents/native/pacer.c``, built by
 ``make setup``), loaded with ctypes.
 
-Why compiled (issue 10): On-Ramp's rule is drop-free only when the loop from an echo's arrival
-to the hold is well under a millisecond (``benchmarks/pacer_model.py``), and the Python loop
-took 2 ms (median) to 19 ms (p99) to see an echo and 4 ms (median) to 450 ms (p99) to switch
-the hold through pyroute2 under a 4-sender incast on 2 saturated cores: its tc calls build
-each message in Python and wait behind the sensing thread's ``sock_diag`` parsing for the
-GIL. So one native thread, which never takes the GIL, sends and answers the probes, computes
+Why compiled: On-Ramp's rule is drop-free only when the loop from an echo's arrival to the
+hold is well under a millisecond (``benchmarks/pacer_model.py``), and a Python loop waits for
+the GIL behind the sensing thread and builds each netlink message in Python. So one native
+thread, which never takes the GIL, sends and answers the probes, computes
 the OWD, runs the gate and sends the hold's prebuilt netlink message (``agents.hold``);
 Python sets the destinations and clock parameters and drains the samples for its reports.
 

@@ -1,12 +1,9 @@
 """The agent's datagram path, compiled: ``libnslabprobeio.so`` (``agents/native/probeio.c``,
 built by ``make setup``), loaded with ctypes.
 
-Why compiled (issue 14: an agent at its default rate, 20 pairs/s to each of 7 peers, at most
-1 % of a core): the Python agent cost 2-3 % of a core, and most of it was per-datagram
-Python, not the kernel: the same system calls without any logic cost 1.7-2.7 % from Python,
-0.6 % from C and 0.5 % from C with one ``sendmmsg``/``recvmmsg`` per queue and tick
-(``benchmarks/agent_cost.py``); batching the system calls alone left the agent at 2.1-3.1 %.
-So everything done per datagram is in C: encoding (and the HMAC tag), sending, matching TX
+Why compiled: an agent at its default rate should cost at most 1 % of a core, and per-datagram
+Python costs more than the kernel's work (``benchmarks/agent_cost.py`` measures both). So
+everything done per datagram is in C: encoding (and the HMAC tag), sending, matching TX
 stamps from the error queue, validating received probes (``agents.probe.ProbeFilter``'s
 checks, in its order), pairing them with their follow-ups. The loop is in C too (``run``):
 it sleeps to the next burst of pairs (one wake-up per burst, ``rate`` a second, each burst a
