@@ -19,7 +19,8 @@ ActivePacerMode = Literal["sense", "pace"]
 
 PlacementPolicy = Literal["naive", "collocation_aware"]
 """How a job's VMs are chosen: in name order, or one per collocation group."""
-PlacementKind = Literal["naive", "collocation_aware", "explicit"]
+PLACEMENT_POLICIES: tuple[str, ...] = get_args(PlacementPolicy)
+PlacementKind = Literal[PlacementPolicy, "explicit"]
 """How a job's VMs were chosen (``explicit``: the scenario listed them)."""
 
 BalancerMode = Literal["ecmp", "spray", "reps", "ethereal"]
@@ -40,6 +41,11 @@ TwoStepName = Literal["naive", "aware", "aware_paced", "aware_bbr", "aware_cubic
 SegmentKind = Literal["start", "step", "migrate", "vm_frequency", "vm_step"]
 """Why a VM clock segment began (``agents.clock``)."""
 SEGMENT_KINDS: tuple[str, ...] = get_args(SegmentKind)
+
+CongestionControl = Literal["cubic", "bbr", "reno"]
+"""TCP congestion control set on a job's connections (``TCP_CONGESTION``, tcp(7))."""
+HostBalancer = Literal["none", "ethereal", "reps"]
+"""The balancer inside a job's transport (``workloads.lb``)."""
 
 Protocol = Literal["tcp", "udp"]
 """A load flow's transport."""

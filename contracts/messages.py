@@ -25,8 +25,8 @@ Effect for Scalable, Fine-grained Clock Synchronization", NSDI 2018.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, WithJsonSchema

@@ -26,7 +26,14 @@ from pydantic import (
     model_validator,
 )
 
-from contracts.enums import BalancerMode, CassiniModeName, LbCase, LbCollective, PacerMode
+from contracts.enums import (
+    PLACEMENT_POLICIES,
+    BalancerMode,
+    CassiniModeName,
+    LbCase,
+    LbCollective,
+    PacerMode,
+)
 from contracts.events import Fault
 from lab.clocks import ClockConfig
 from lab.errors import ScenarioError, ScenarioProblem
@@ -147,8 +154,7 @@ class JobSpec(JobConfig):
 
     @model_validator(mode="after")
     def _policy(self):
-        if isinstance(self.placement, str) and self.placement not in ("naive",
-                                                                      "collocation_aware"):
+        if isinstance(self.placement, str) and self.placement not in PLACEMENT_POLICIES:
             raise ValueError("placement must be naive, collocation_aware or a list of VMs")
         if isinstance(self.placement, list) and len(self.placement) != self.ranks:
             raise ValueError(f"placement lists {len(self.placement)} VMs for {self.ranks} ranks")

@@ -18,7 +18,7 @@ documentation, "Collective Operations"; nccl-tests, doc/PERFORMANCE.md.
 from __future__ import annotations
 
 import os
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import (
     BaseModel,
@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from contracts.enums import AllReduceAlgo
+from contracts.enums import AllReduceAlgo, CongestionControl, HostBalancer
 from workloads import collectives as coll
 from workloads.schedule import Schedule
 from workloads.transport import PathHints, parse_address
@@ -102,13 +102,13 @@ class JobConfig(BaseModel):
     algo: AllReduceAlgo = Field(
         "ring", description="all_reduce only: ring, or halving_doubling (recursive halving "
         "then doubling; the number of ranks must be a power of two)")
-    balancer: Literal["none", "ethereal", "reps"] = Field(
+    balancer: HostBalancer = Field(
         "none", description="host-side load balancer (workloads.lb.balancer; the fabric must "
         "map DSCP to paths, fabric mode entropy): connection c to every peer carries DSCP "
         "c + 1, the ranks discover the paths by TTL probes, and ethereal (per collective step, "
         "equal bytes per path) or reps (recycled clean entropy values per frame) chooses the "
         "connection of every frame; needs conns_per_peer >= 2 (one per path) and no dscp")
-    cc: Literal["cubic", "bbr", "reno"] | None = Field(
+    cc: CongestionControl | None = Field(
         None, description="TCP congestion control of the job's connections (TCP_CONGESTION, "
         "tcp(7)); null: the VM's default")
     connect_timeout_s: float = Field(10.0, gt=0, le=3600, description="seconds to build the "
