@@ -23,6 +23,9 @@ def add_parser(sub) -> None:
     p.add_argument("--html", metavar="OUT", help="also write the HTML report with plots to OUT "
                    "(nslab report RESULTS.json --html OUT)")
     p.add_argument("--name", help="lab name (default: the scenario's name)")
+    p.add_argument("--repeat", metavar="N", type=int, help="run every compared arm N times, "
+                   "interleaved (default: the scenario's repeat, 1); each comparison gets "
+                   "medians, a 95 %% interval and a verdict"),
     p.add_argument("--pcap", metavar="DIR", help="record packets with tcpdump into DIR, one "
                    "pcap per interface (agents' probes: tools/wireshark/nslab_probe.lua)")
     p.add_argument("--capture", metavar="TARGETS", type=lambda s: [t for t in s.split(",") if t],
@@ -44,6 +47,11 @@ def progress_printer(quiet: bool):
 
 def main(args) -> int:
     sc, topo = load(args.scenario)
+    if args.repeat is not None:
+        if args.repeat < 1:
+            print("nslab run: --repeat must be >= 1", file=sys.stderr)
+            return 2
+        sc = sc.model_copy(update={"repeat": args.repeat})
     if args.check:
         print(f"{resolve(args.scenario)}: valid ({len(topo.hosts())} VMs, "
               f"{len(topo.links())} links, {len(sc.faults)} faults)")

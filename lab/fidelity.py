@@ -124,6 +124,17 @@ class FidelitySampler:
                 core_softirq=tuple(float(x) for x in soft[1:]),
                 busy=float(busy[0]), softirq=float(soft[0]), links=links))
 
+    def saturated_between(self, start_ns: int, end_ns: int) -> bool | None:
+        """Whether the machine was saturated (``summarize``'s rules) over the intervals that
+        ended between ``start_ns`` and ``end_ns`` (CLOCK_REALTIME ns, e.g. one repetition of
+        a comparison's arm); None without such an interval."""
+        picked = [i for i, end in zip(list(self.intervals), list(self.ends_ns), strict=False)
+                  if start_ns < end <= end_ns]
+        if not picked:
+            return None
+        return summarize(picked, self.interval_s, links_read=self._queues is not None
+                         )["saturated"]
+
     def summary(self, t0_ns: int | None = None) -> dict:
         """``lab.saturation.summarize`` of the intervals so far (the results' fidelity
         section); with ``t0_ns`` (the lab's bring-up, ns CLOCK_REALTIME) also its ``series``

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from contracts import comparisons
 from contracts.events import describe
 from contracts.results import Results, validate
 from contracts.results.agents import Stats
@@ -59,6 +60,7 @@ def report(results: Results | Mapping) -> str:
                      f"iteration p50 {p50:.4f} s, verified {j.verified}")
     for view in VIEWS:
         lines += view.report_lines(doc)
+    lines += comparisons.report_lines(doc)
     td = doc.teardown
     state = "clean" if td.clean else "LEFTOVERS " + ", ".join(td.leftovers)
     lines.append(f"  teardown: {state}")

@@ -270,6 +270,9 @@ class Scenario(_Strict):
     description: str = ""
     seed: int = 1
     duration_s: float = Field(10.0, gt=0, description="how long the lab runs after bring-up")
+    repeat: int = Field(1, ge=1, le=50, description="repetitions of every compared arm "
+                        "(interleaved, order rotated per round), giving each comparison a "
+                        "median, a 95 % interval and a verdict (nslab run --repeat)")
     topology: TopologySpec = TopologySpec()
     fabric: FabricSpec = FabricSpec()
     placement: PlacementSpec = PlacementSpec()

@@ -11,12 +11,15 @@ where t is the true time at which the reference clock read ``t_ns``.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from agents.clock import ClockSpec
 from agents.collocation import precision_recall
 from agents.owd import natural_key
 from lab.series import downsample
+from session import stats
 
 SYNC_SERIES_POINTS = 150
 """At most this many windows in ``sync.series`` (every k-th window when more)."""
@@ -51,6 +54,51 @@ def _stats(errors: list[float], digits: int) -> dict:
             "max": round(float(a.max()), digits), "n": int(a.size)}
 
 
+def window_errors(history: list, clocks: dict[str, ClockSpec], reference: str
+                  ) -> tuple[list[tuple[int, dict[str, list[float]]]], dict]:
+    """Per coordinator window (``history`` entries): its centre in true time (ns) and the
+    errors, estimate - truth, of every VM's offset (us) and drift (ppm), nslab's (``off``,
+    ``drift``) and the NTP-style baseline's (``ntp_off``, ``ntp_drift``); and by VM the
+    offset errors by window index (``off``, ``ntp_off``)."""
+    per_window, by_vm = [], {"off": {}, "ntp_off": {}}
+    for entry in history:
+        truth = truth_at(clocks, reference, entry.t_ns)
+        t_true = true_time(clocks[reference], entry.t_ns)
+        errs: dict[str, list[float]] = {"off": [], "drift": [], "ntp_off": [], "ntp_drift": []}
+        for vm, est in entry.vms.items():
+            if vm == reference or vm not in truth or est.offset_ns is None:
+                continue
+            off, drift = truth[vm]
+            errs["off"].append((est.offset_ns - off) / 1e3)
+            errs["drift"].append(est.drift_ppm - drift)
+            by_vm["off"].setdefault(vm, {})[len(per_window)] = errs["off"][-1]
+            if est.ntp_offset_ns is not None:
+                errs["ntp_off"].append((est.ntp_offset_ns - off) / 1e3)
+                errs["ntp_drift"].append(est.ntp_drift_ppm - drift)
+                by_vm["ntp_off"].setdefault(vm, {})[len(per_window)] = errs["ntp_off"][-1]
+        per_window.append((t_true, errs))
+    return per_window, by_vm
+
+
+def span_p99(per_window: list, spans: int) -> tuple[dict[str, list[float | None]],
+                                                   list[tuple[int, int]]]:
+    """The windows cut into ``spans`` consecutive runs of (nearly) equal length: per run the
+    p99 of |offset error| of nslab (``nslab``) and of the NTP-style baseline (``ntp``), us
+    (None for a run without errors), and each run's first and last window centre (true ns):
+    the samples of the sync comparison (``--repeat N``: N runs)."""
+    out: dict[str, list[float | None]] = {"nslab": [], "ntp": []}
+    bounds = []
+    for part in np.array_split(np.arange(len(per_window)), spans):
+        if not part.size:
+            continue
+        wins = [per_window[i] for i in part]
+        bounds.append((wins[0][0], wins[-1][0]))
+        for arm, key in (("nslab", "off"), ("ntp", "ntp_off")):
+            errs = np.abs([e for _, w in wins for e in w[key]])
+            out[arm].append(round(float(np.percentile(errs, 99)), 3) if errs.size else None)
+    return out, bounds
+
+
 def sync_section(history: list[dict], clocks: dict[str, ClockSpec], reference: str,
                  start_true_ns: int, converged_us: float = 10.0,
                  skip_windows: int = 1, window_s: float = 2.0,
@@ -83,23 +131,7 @@ def sync_section(history: list[dict], clocks: dict[str, ClockSpec], reference: s
         by VM the signed offset errors, estimate - truth (us), of nslab
         (``offset_error_us``) and of the baseline (``baseline_ntp_offset_error_us``).
     """
-    per_window, by_vm = [], {"off": {}, "ntp_off": {}}
-    for entry in history:
-        truth = truth_at(clocks, reference, entry.t_ns)
-        t_true = true_time(clocks[reference], entry.t_ns)
-        errs: dict[str, list[float]] = {"off": [], "drift": [], "ntp_off": [], "ntp_drift": []}
-        for vm, est in entry.vms.items():
-            if vm == reference or vm not in truth or est.offset_ns is None:
-                continue
-            off, drift = truth[vm]
-            errs["off"].append((est.offset_ns - off) / 1e3)
-            errs["drift"].append(est.drift_ppm - drift)
-            by_vm["off"].setdefault(vm, {})[len(per_window)] = errs["off"][-1]
-            if est.ntp_offset_ns is not None:
-                errs["ntp_off"].append((est.ntp_offset_ns - off) / 1e3)
-                errs["ntp_drift"].append(est.ntp_drift_ppm - drift)
-                by_vm["ntp_off"].setdefault(vm, {})[len(per_window)] = errs["ntp_off"][-1]
-        per_window.append((t_true, errs))
+    per_window, by_vm = window_errors(history, clocks, reference)
     scored = per_window[skip_windows:]
     final = scored[:len(scored) - provisional_windows]
     pool = {k: [e for _, w in (final if "drift" in k else scored) for e in w[k]]
@@ -151,13 +183,32 @@ def collocation_section(groups: list, phys: dict[str, str],
             "recall": round(recall, 3), "detected_after_s": detected_after_s}
 
 
-def agent_sections(lab, mesh, watcher, cost: dict) -> dict:
+def sync_comparison(history: list, clocks: dict[str, ClockSpec], reference: str,
+                    spans: int, saturated: Callable[[int, int], bool | None],
+                    skip_windows: int = 1) -> dict:
+    """The ``comparisons`` entry of the agents' sync against the NTP-style baseline on the same
+    probes: p99 |offset error| over ``spans`` consecutive runs of windows (``span_p99``; the
+    first ``skip_windows`` left out, as in ``sync_section``), each run flagged by
+    ``saturated(first_ns, last_ns)``."""
+    per_window, _ = window_errors(history, clocks, reference)
+    samples, bounds = span_p99(per_window[skip_windows:], spans)
+    flags = [bool(saturated(a, b)) for a, b in bounds]
+    return stats.comparison("sync", "nslab", "ntp", "offset_p99_us",
+                            {"nslab": samples["nslab"], "ntp": samples["ntp"]},
+                            {"nslab": flags, "ntp": flags})
+
+
+def agent_sections(lab, mesh, watcher, cost: dict, repeat: int = 1,
+                   saturated: Callable[[int, int], bool | None] = lambda a, b: None) -> dict:
     """``agents`` (their ``cost``), and ``sync``, ``owd_us`` and ``collocation`` scored
-    against the truth, from the coordinator's latest state."""
+    against the truth, from the coordinator's latest state; ``comparisons``: the sync
+    comparison over ``repeat`` spans of the run (``sync_comparison``)."""
     state = watcher.latest
     if state is None:
         return {"agents": {**cost, "error": "the coordinator never answered"}}
     return {
+        "comparisons": [sync_comparison(state.history, lab.clocks.specs, state.reference,
+                                        repeat, saturated)],
         "agents": cost,
         "sync": sync_section(state.history, lab.clocks.specs, state.reference,
                              mesh.started_ns, window_s=state.window_s,

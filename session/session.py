@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -178,6 +178,14 @@ class Session:
         scenario does not run it."""
         study = self.studies.get(key)
         return default if study is None else study.live
+
+    def rounds(self, arms: list[T]) -> Iterator[tuple[int, list[T]]]:
+        """The scenario's ``repeat`` rounds of ``arms``: (round, the arms in that round's
+        order), rotated by one each round (A B C, B C A, C A B, ...), so that no arm always
+        runs first or right after the same one."""
+        for r in range(self.sc.repeat):
+            k = r % len(arms) if arms else 0
+            yield r, arms[k:] + arms[:k]
 
     def now_s(self) -> float:
         """Seconds since bring-up (0 before)."""
@@ -418,7 +426,8 @@ class Session:
             sections["load"] = self.load_entries
         if self.mesh is not None:
             sections.update(scoring.agent_sections(self.lab, self.mesh, self.watcher,
-                                                   self._agent_cost or {}))
+                                                   self._agent_cost or {}, self.sc.repeat,
+                                                   self.sampler.saturated_between))
         for study in self.studies.values():
             study.sections(sections)
         return document.document(self.sc, self.source, self.lab, self.capabilities,

@@ -45,55 +45,55 @@ def drops(lab: Lab) -> int:
     return sum(incast.drops(lab).values())
 
 
-def run(lab: Lab, mesh: AgentMesh, spec: JobSpec, pacer: PacerSpec,
-        choose: Callable[[str], list[str]], count_drops: Callable[[], int],
-        progress: Callable[[str], None], steps: list[dict] | None = None) -> tuple[dict, dict]:
-    """Run the steps of ``spec``'s job; the results' ``two_step`` section and the paced step's
-    last pacer reports (VM -> ``PacerReport``).
+COMPARISONS = (("aware", "naive"), ("aware_paced", "naive"), ("aware_bbr", "naive"),
+               ("aware_cubic", "naive"), ("aware_paced", "aware"), ("aware_paced", "aware_cubic"))
+"""(arm, baseline) pairs compared on completion over the repetitions."""
+
+
+def run_step(lab: Lab, mesh: AgentMesh, spec: JobSpec, pacer: PacerSpec, step: tuple,
+             vms_for: Callable[[str], list[str]], count_drops: Callable[[], int],
+             progress: Callable[[str], None]) -> tuple[dict, dict]:
+    """Run one step (a ``STEPS`` entry) of ``spec``'s job: its entry (name, vms,
+    completion_s, fabric_drops, probes_lost, retransmits, rtos, owd_p99_us, verified, pacer,
+    cc, error) and, for the paced step, its last pacer reports (VM -> ``PacerReport``).
 
     Args:
-        choose: placement policy -> the job's VMs (``Session.choose``), asked once a policy:
-            the aware steps run on the same VMs even when the agents' groups change between
-            steps (the story compares the steps on one placement).
+        vms_for: placement policy -> the job's VMs (the study asks ``Session.choose`` once a
+            policy: the aware steps run on the same VMs even when the agents' groups change
+            between steps, so the story compares the steps on one placement).
         count_drops: the lab's queue drops so far (``drops``, run on the lab's thread).
-        steps: each step's entry is appended here as soon as it is done (a live view).
-
-    Returns:
-        {"job", "steps": [{name, vms, completion_s, fabric_drops, probes_lost, retransmits,
-        rtos, owd_p99_us, verified, pacer, cc, error}], "ratios": {aware, aware_paced} (fractions
-        of naive's completion; null when a step has none), "seed_ratios"}.
     """
-    steps = [] if steps is None else steps
+    name, policy, mode, cc = step
+    entry = {"name": name, "pacer": mode, "cc": cc or spec.cc, "vms": [], "completion_s": None,
+             "fabric_drops": None, "probes_lost": None, "retransmits": None, "rtos": None,
+             "owd_p99_us": None, "verified": False, "error": None}
     reports = {}
-    chosen: dict[str, list[str]] = {}
-    for name, policy, mode, cc in STEPS:
-        entry = {"name": name, "pacer": mode, "cc": cc or spec.cc, "vms": [], "completion_s": None,
-                 "fabric_drops": None, "probes_lost": None, "retransmits": None, "rtos": None,
-                 "owd_p99_us": None,
-                 "verified": False, "error": None}
-        try:
-            if policy not in chosen:
-                chosen[policy] = choose(policy)
-            vms = entry["vms"] = list(chosen[policy])
-            progress(f"two_step {name}: {spec.collective} on {' '.join(vms)}, pacer {mode}"
-                     + (f", {cc}" if cc else ""))
-            before = count_drops()
-            config = spec.config().model_copy(update={"cc": cc} if cc else {})
-            with job_edge(lab, mesh, vms, mode, pacer) as sensed:
-                job = jobs.run(lab, step_job_name(spec.name, name), config, vms)
-            entry.update(completion_s=job["completion_s"], verified=job["verified"],
-                         error=job["error"], fabric_drops=count_drops() - before,
-                         retransmits=sensed.retransmits, rtos=sensed.rtos,
-                         owd_p99_us=sensed.owd_p99_us, probes_lost=sensed.probes_lost)
-            if mode == "pace":
-                reports = sensed.reports
-        except (LabError, ValueError) as e:  # the story goes on; the step says what failed
-            entry["error"] = str(e)
-        progress(f"two_step {name}: completion {entry['completion_s']} s, drops "
-                 f"{entry['fabric_drops']}, retransmits {entry['retransmits']}")
-        steps.append(entry)
-    base = steps[0]["completion_s"]
+    try:
+        vms = entry["vms"] = list(vms_for(policy))
+        progress(f"two_step {name}: {spec.collective} on {' '.join(vms)}, pacer {mode}"
+                 + (f", {cc}" if cc else ""))
+        before = count_drops()
+        config = spec.config().model_copy(update={"cc": cc} if cc else {})
+        with job_edge(lab, mesh, vms, mode, pacer) as sensed:
+            job = jobs.run(lab, step_job_name(spec.name, name), config, vms)
+        entry.update(completion_s=job["completion_s"], verified=job["verified"],
+                     error=job["error"], fabric_drops=count_drops() - before,
+                     retransmits=sensed.retransmits, rtos=sensed.rtos,
+                     owd_p99_us=sensed.owd_p99_us, probes_lost=sensed.probes_lost)
+        if mode == "pace":
+            reports = sensed.reports
+    except (LabError, ValueError) as e:  # the story goes on; the step says what failed
+        entry["error"] = str(e)
+    progress(f"two_step {name}: completion {entry['completion_s']} s, drops "
+             f"{entry['fabric_drops']}, retransmits {entry['retransmits']}")
+    return entry, reports
+
+
+def section(job: str, steps: list[dict]) -> dict:
+    """The results' ``two_step`` section from one round of steps: the steps, and the aware
+    and aware_paced completions as fractions of naive's (null when a step has none) beside
+    the seed product's."""
+    base = next((s["completion_s"] for s in steps if s["name"] == "naive"), None)
     ratios = {s["name"]: (round(s["completion_s"] / base, 3) if base and s["completion_s"]
                           else None) for s in steps if s["name"] in SEED_RATIOS}
-    return ({"job": spec.name, "steps": steps, "ratios": ratios, "seed_ratios": SEED_RATIOS},
-            reports)
+    return {"job": job, "steps": steps, "ratios": ratios, "seed_ratios": SEED_RATIOS}

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, create_model
 
 from contracts.base import Model
+from contracts.comparisons import Comparison
 from contracts.results.agents import AgentsCost, CollocationSection, OwdSection, SyncSection
 from contracts.results.jobs import JobEntry, LoadEntry
 from contracts.results.lab import LabSection, ScenarioSection, Teardown
@@ -38,6 +39,8 @@ class _Core(Model):
     owd_us: OwdSection | None = None
     collocation: CollocationSection | None = None
     jobs: list[JobEntry] | None = Field(None, description="per job, in scenario order")
+    comparisons: list[Comparison] | None = Field(None, description="every compared pair of "
+                                                 "arms, over the run's repetitions")
 
 
 Results = create_model(

@@ -4,14 +4,18 @@ Every job's VMs are chosen as the jobs begin, from the agents' groups then (a la
 placed from groups an earlier job's load moved); a job that could not be placed then (no
 groups yet) is placed at its turn. Each job runs with its pacers (``session.edge``); its entry
 carries the lab's queue drops while it ran (``fabric_drops``, per link ``drops_by_link``).
-Jobs of other studies (``Scenario.own_turn_jobs``) are left to them.
+Jobs of other studies (``Scenario.own_turn_jobs``) are left to them. With ``repeat`` N, the
+jobs run N rounds, rotated (``Session.rounds``): the ``jobs`` entries are the first round's,
+and each collocation-aware job is compared with the naive job of its collective over every
+round (``comparisons``).
 """
 from __future__ import annotations
 
 import contextlib
+import time
 
 from lab.errors import LabError
-from session import incast, jobs, scoring
+from session import incast, jobs, scoring, stats
 from session.edge import job_edge
 from session.studies.base import Study
 
@@ -22,6 +26,8 @@ class Placement(Study):
     def __init__(self, session):
         super().__init__(session)
         self.live: dict[str, dict] = {}
+        self.samples: dict[str, list[float | None]] = {}
+        self.saturated: dict[str, list[bool]] = {}
 
     @staticmethod
     def enabled(sc) -> bool:
@@ -38,10 +44,17 @@ class Placement(Study):
         for spec in specs:
             with contextlib.suppress(LabError, ValueError):  # placed at its turn instead
                 chosen[spec.name] = s.choose(spec)
-        for spec in specs:
-            if s.halted:
-                return
-            self.live[spec.name] = self._run_job(spec, chosen.get(spec.name))
+        for r, order in s.rounds(specs):
+            for spec in order:
+                if s.halted:
+                    return
+                t0 = time.time_ns()
+                entry = self._run_job(spec, chosen.get(spec.name))
+                if r == 0:
+                    self.live[spec.name] = entry
+                self.samples.setdefault(spec.name, []).append(entry.get("completion_s"))
+                self.saturated.setdefault(spec.name, []).append(
+                    bool(s.sampler.saturated_between(t0, time.time_ns())))
 
     def _run_job(self, spec, vms: list[str] | None) -> dict:
         s = self.session
@@ -70,3 +83,13 @@ class Placement(Study):
     def sections(self, out: dict) -> None:
         out["jobs"] = [self.live[s.name] for s in self._specs() if s.name in self.live]
         out["placement_comparison"] = scoring.placement_comparison(out["jobs"])
+        out.setdefault("comparisons", []).extend(self.comparisons())
+
+    def comparisons(self) -> list[dict]:
+        """Each collocation-aware job against the naive job of its collective."""
+        specs = [sp for sp in self._specs() if sp.name in self.samples]
+        naive = {sp.collective: sp.name for sp in reversed(specs) if sp.placement == "naive"}
+        return [stats.comparison("placement", sp.name, naive[sp.collective], "completion_s",
+                                 self.samples, self.saturated)
+                for sp in specs
+                if sp.placement == "collocation_aware" and sp.collective in naive]

@@ -50,6 +50,7 @@ def run_jobs(monkeypatch, before, after) -> tuple[list, dict]:
     s.lab = SimpleNamespace(phys={f"vm{i}": f"phys{(i + 1) // 2}" for i in range(1, 9)})
     s.watcher = Watcher(ran, before, after)
     s.progress = lambda msg: None
+    s.sampler = SimpleNamespace(saturated_between=lambda start_ns, end_ns: None)
     s.call = lambda fn, *a, **kw: fn(*a, **kw)
     s._halt = ses.threading.Event()
     study = placement.Placement(s)
