@@ -36,7 +36,7 @@ from lab.errors import LabError
 from lab.tc import TrafficClass
 from lab.wait import wait_until
 from scheduler import plan as planner
-from session import jobs
+from session import jobs, stats
 from session.scenario import CassiniSet, CassiniSpec
 from workloads.config import JobConfig
 from workloads.schedule import Schedule
@@ -110,10 +110,17 @@ def _run_unfair(lab: Lab, spec: CassiniSpec, runs: list[tuple[str, JobConfig, li
 
 def run_set(lab: Lab, spec: CassiniSpec, cset: CassiniSet, configs: Mapping[str, JobConfig],
             vms: Mapping[str, list[str]], state: Callable[[], CoordinatorState | None],
-            progress: Callable[[str], None], publish: Callable[[dict], None]) -> dict:
+            progress: Callable[[str], None], publish: Callable[[dict], None],
+            rounds: Callable = lambda modes: [(0, modes)], samples: dict | None = None,
+            saturated: Callable[[int, int], bool | None] = lambda a, b: None) -> dict:
     """Profile, plan and run one set in every mode; its ``cassini.sets`` entry, handed to
     ``publish`` as soon as it is planned (its ``modes`` then grow: each mode's entry replaces
-    the whole ``modes`` dict, so a reader in another thread never sees one half-built)."""
+    the whole ``modes`` dict, so a reader in another thread never sees one half-built).
+
+    With ``rounds`` (``Session.rounds``) the modes run in several rotated rounds: the entry
+    holds the first round's; ``samples`` gets, per mode, every round's mean iteration (s, None
+    without times) and fidelity flag (``saturated(start_ns, end_ns)``):
+    ``{mode: {"mean_iteration_s": [...], "saturated": [...]}}``."""
     names = cset.jobs
     alone = {n: _run(lab, [(f"{n}_alone", configs[n], vms[n])])[0] for n in names}
     try:
@@ -131,13 +138,33 @@ def run_set(lab: Lab, spec: CassiniSpec, cset: CassiniSet, configs: Mapping[str,
              "slots_s": p.slots_s, "shifts_s": p.shifts_s, "late_s": p.late_s,
              "profiles": {n: vars(profiles[n]) for n in names}, "error": None, "modes": {}}
     publish(entry)
-    for mode in spec.modes:
-        entry["modes"] = {**entry["modes"], mode: _run_mode(lab, spec, mode, p, configs, vms,
-                                                            names, state)}
-        m = entry["modes"][mode]
-        progress(f"cassini {cset.name} {mode}: mean iteration {m['mean_iteration_s']} s, "
-                 f"collectives overlapping {m.get('comm_overlap')}")
+    samples = {} if samples is None else samples
+    for r, order in rounds(list(spec.modes)):
+        for mode in order:
+            t0 = time.time_ns()
+            m = _run_mode(lab, spec, mode, p, configs, vms, names, state)
+            got = samples.setdefault(mode, {"mean_iteration_s": [], "saturated": []})
+            got["mean_iteration_s"].append(m["mean_iteration_s"])
+            got["saturated"].append(bool(saturated(t0, time.time_ns())))
+            if r == 0:
+                entry["modes"] = {**entry["modes"], mode: m}
+            progress(f"cassini {cset.name} {mode}: mean iteration {m['mean_iteration_s']} s, "
+                     f"collectives overlapping {m.get('comm_overlap')}")
     return entry
+
+
+def comparisons(set_name: str, samples: Mapping[str, Mapping[str, list]]) -> list[dict]:
+    """Every mode of a set against ``fair`` on the mean iteration over the rounds (arms named
+    ``set mode``)."""
+    if "fair" not in samples:
+        return []
+    fair = f"{set_name} fair"
+    return [stats.comparison(
+        "cassini", f"{set_name} {mode}", fair, "mean_iteration_s",
+        {f"{set_name} {mode}": got["mean_iteration_s"],
+         fair: samples["fair"]["mean_iteration_s"]},
+        {f"{set_name} {mode}": got["saturated"], fair: samples["fair"]["saturated"]})
+        for mode, got in samples.items() if mode != "fair"]
 
 
 def _run_mode(lab: Lab, spec: CassiniSpec, mode: str, p: planner.Plan,

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 from contracts.events import LinkDown, LinkUp, Rate
 from lab.errors import LabError
 from lab.observe import link_states
-from session import jobs
+from session import jobs, stats
 from workloads.config import JobConfig
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -144,21 +144,32 @@ class Runner:
         call: runs a function on the lab's thread (``Session.call``): every kernel operation
             (fabric mode, faults, counters) goes through it.
         progress: short messages.
+        rounds: the repetitions of a list of modes (``Session.rounds``): (round, the modes in
+            that round's order); one round, in order, by default.
+        saturated: whether the fidelity check flagged a run (start, end ns).
+
+    ``samples`` and ``saturated_runs``: per (oversubscription, collective, case, mode) every
+    round's completion (None when it did not finish) and fidelity flag.
     """
 
     def __init__(self, lab: Lab, spec: LbSpec, topo_spec, vms: list[str],
-                 call: Callable, progress: Callable[[str], None]):
+                 call: Callable, progress: Callable[[str], None],
+                 rounds: Callable = lambda modes: [(0, modes)],
+                 saturated: Callable[[int, int], bool | None] = lambda a, b: None):
         self.lab, self.spec, self.topo_spec, self.vms = lab, spec, topo_spec, vms
-        self.call, self.progress = call, progress
+        self.call, self.progress, self.rounds, self.saturated = call, progress, rounds, saturated
         self.link = tuple(spec.link)
         self.before: dict[str, int] = {}
+        self.samples: dict[tuple, list[float | None]] = {}
+        self.saturated_runs: dict[tuple, list[bool]] = {}
 
     def fault(self, fault) -> None:
         self.call(self.lab.inject, fault, "lab")
 
     def run(self, runs: list[dict]) -> dict:
-        """Every run of the section, appended to ``runs`` as each ends (a live view); the
-        section: {"runs", "ratios", "paper"}."""
+        """Every run of the section (the first round's appended to ``runs`` as each ends, a
+        live view; later rounds' only in ``samples``); the section: {"runs", "ratios",
+        "paper"}."""
         spec = self.spec
         links = self.call(spine_links, self.lab)
         for over in spec.oversubscription:
@@ -168,12 +179,20 @@ class Runner:
             for collective in spec.collectives:
                 symmetric: dict[str, dict] = {}
                 for case in spec.cases:
-                    for mode in spec.modes:
-                        entry = self.one(mode, collective, case, over, rate,
-                                         symmetric.get(mode))
-                        if case == "symmetric":
-                            symmetric[mode] = entry
-                        runs.append(entry)
+                    for r, order in self.rounds(list(spec.modes)):
+                        for mode in order:
+                            t0 = time.time_ns()
+                            entry = self.one(mode, collective, case, over, rate,
+                                             symmetric.get(mode))
+                            key = (over, collective, case, mode)
+                            self.samples.setdefault(key, []).append(
+                                entry["completion_s"] if entry["finished"] else None)
+                            self.saturated_runs.setdefault(key, []).append(
+                                bool(self.saturated(t0, time.time_ns())))
+                            if r == 0:
+                                if case == "symmetric":
+                                    symmetric[mode] = entry
+                                runs.append(entry)
         return {"runs": runs, "ratios": ratios(runs), "paper": PAPER}
 
     def one(self, mode: str, collective: str, case: str, over: float, rate: float,
@@ -259,4 +278,22 @@ def ratios(runs: list[dict]) -> list[dict]:
                     "ecmp_s": base,
                     "to_ecmp": {m: round(t / base, 3) if t and base else None
                                 for m, t in times.items()}})
+    return out
+
+
+def comparisons(samples: dict[tuple, list[float | None]],
+                saturated: dict[tuple, list[bool]]) -> list[dict]:
+    """Every mode against ECMP in the same conditions, on completion over the rounds; the arm
+    named ``mode collective case 1:oversubscription``."""
+    out = []
+    for (over, collective, case, mode), got in samples.items():
+        base = samples.get((over, collective, case, "ecmp"))
+        if mode == "ecmp" or base is None:
+            continue
+        where = f"{collective} {case} 1:{over:g}"
+        arm, ecmp = f"{mode} {where}", f"ecmp {where}"
+        out.append(stats.comparison(
+            "lb", arm, ecmp, "completion_s", {arm: got, ecmp: base},
+            {arm: saturated[(over, collective, case, mode)],
+             ecmp: saturated[(over, collective, case, "ecmp")]}))
     return out

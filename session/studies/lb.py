@@ -1,5 +1,7 @@
 """The load-balancer comparison: every balancer in turn on every VM (``session.lb``); each run
-joins ``live`` as it finishes. The fabric modes it needs are checked before bring-up."""
+of the first round joins ``live`` as it finishes; with ``repeat`` N the modes run N rotated
+rounds per case and each is compared with ECMP over all of them. The fabric modes it needs
+are checked before bring-up."""
 from __future__ import annotations
 
 from lab.fabric import require_fabric
@@ -25,9 +27,12 @@ class Lb(Study):
     def run(self) -> None:
         s = self.session
         vms = jobs.naive(list(s.lab.phys), len(s.lab.phys))
-        self.section = lb.Runner(s.lab, s.sc.lb, s.sc.topology, vms, s.call,
-                                 s.progress).run(self.live)
+        self.runner = lb.Runner(s.lab, s.sc.lb, s.sc.topology, vms, s.call, s.progress,
+                                s.rounds, s.sampler.saturated_between)
+        self.section = self.runner.run(self.live)
 
     def sections(self, out: dict) -> None:
         if self.section is not None:
             out["lb"] = self.section
+            out.setdefault("comparisons", []).extend(
+                lb.comparisons(self.runner.samples, self.runner.saturated_runs))
