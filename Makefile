@@ -87,14 +87,13 @@ bench: setup
 	$(BIN)/python benchmarks/bringup.py
 	$(BIN)/python benchmarks/link_accuracy.py
 	$(BIN)/python benchmarks/collectives.py
-	$(BIN)/python benchmarks/placement.py
+	$(BIN)/python benchmarks/stories.py quickstart two_step cassini lb_compare
 	$(BIN)/python benchmarks/sync.py
 	$(BIN)/python benchmarks/cassini.py
 	$(BIN)/python benchmarks/vmclock.py
 	$(BIN)/python benchmarks/chrony.py
 	$(BIN)/python benchmarks/pacer.py
 	$(BIN)/python benchmarks/pacer_model.py
-	$(BIN)/python benchmarks/two_step.py
 	$(BIN)/python benchmarks/lb.py
 
 clean:

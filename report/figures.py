@@ -248,9 +248,40 @@ def cassini(doc: Results) -> go.Figure | None:
     return fig
 
 
+def comparisons(doc: Results) -> go.Figure | None:
+    """Every comparison's ratio of medians with its 95 % interval (error bars; a side
+    unbounded at this N has none), one row per compared pair, and each
+    repetition's ratio to the baseline's median as a strip of points; 1 marked."""
+    cmps = doc.comparisons or []
+    if not cmps:
+        return None
+    fig = _figure("Comparisons: arm / baseline, ratio of medians with 95 % interval",
+                  xaxis_title="ratio (below 1: the arm's metric is lower)", height=120 + 40 *
+                  len(cmps), yaxis=dict(autorange="reversed"), showlegend=False)
+    rows = [f"{c.study}: {c.arm} / {c.baseline} ({c.metric}, n={c.n}, {c.verdict})"
+            for c in cmps]
+    colour = {"better": "#2ca02c", "worse": "#d62728", "no_difference": "#7f7f7f"}
+    for row, c in zip(rows, cmps, strict=True):
+        base = c.medians.get(c.baseline)
+        pts = [x / base for x in c.samples.get(c.arm, []) if x is not None and base]
+        fig.add_trace(go.Scatter(x=pts, y=[row] * len(pts), mode="markers",
+                                 marker=dict(size=6, opacity=0.5, color="#1f77b4")))
+        if c.ratio_median is None:
+            continue
+        lo, hi = c.ratio_ci95
+        fig.add_trace(go.Scatter(
+            x=[c.ratio_median], y=[row], mode="markers",
+            marker=dict(size=11, symbol="diamond", color=colour[c.verdict]),
+            error_x=dict(type="data", symmetric=False,
+                         array=[(hi - c.ratio_median) if hi is not None else 0],
+                         arrayminus=[(c.ratio_median - lo) if lo is not None else 0])))
+    fig.add_vline(x=1.0, line_dash="dash", line_color="#444")
+    return fig
+
+
 FIGURES = {"timeline": timeline, "clock_error": clock_error, "owd": owd_heatmap,
            "iterations": iteration_times, "links": link_utilization, "cpu": cpu_busy,
-           "two_step": two_step, "cassini": cassini}
+           "two_step": two_step, "cassini": cassini, "comparisons": comparisons}
 """Every plot of the report by its id (``report.page`` places them in its sections)."""
 
 

@@ -204,6 +204,17 @@ def _pacer(doc: Results) -> str:
          "held ms", "probes sent", "probes lost"], rows)
 
 
+def _comparisons(doc: Results, figs: Mapping) -> str:
+    rows = [[c.study, c.arm, c.baseline, c.metric, c.n, c.medians.get(c.arm),
+             c.medians.get(c.baseline), c.ratio_median,
+             " - ".join("?" if x is None else number(x) for x in c.ratio_ci95), c.verdict,
+             c.saturated_n, "" if c.reference is None else f"{c.reference_source} {c.reference}"]
+            for c in doc.comparisons]
+    return _figure(figs, "comparisons") + table(
+        ["study", "arm", "baseline", "metric", "n", "arm median", "baseline median",
+         "ratio", "95 % interval", "verdict", "saturated", "reference"], rows)
+
+
 def _agents(doc: Results) -> str:
     a = doc.agents
     if a.error:
@@ -228,6 +239,8 @@ def sections(doc: Results) -> list[tuple[str, str]]:
     if doc.jobs:
         out.append(("Jobs", _jobs(doc, figs)))
     out.append(("Links and CPU", _links(doc, figs)))
+    if doc.comparisons:
+        out.append(("Comparisons", _comparisons(doc, figs)))
     optional = (("load", "Background load", lambda: _load(doc)),
                 ("cassini", "CASSINI", lambda: _cassini(doc, figs)),
                 ("two_step", "two_step", lambda: _two_step(doc, figs)),

@@ -208,3 +208,25 @@ def test_two_step_pacer_and_cassini_sections(doc):
     assert (f"<td>vm1</td><td>pace</td><td>{vm1.synced}</td><td>{vm1.status}</td>"
             f'<td class="n">{vm1.net.retrans_segs}</td>') in html
     assert "<td>pair</td><td class=\"n\">0.9</td>" in html and 'id="fig-cassini"' in html
+
+
+def test_comparisons_in_text_page_and_plot(doc):
+    """Repeated comparisons (``session.stats``) show in the printed report with their
+    interval and verdict, and in the page as a table and a plot of every repetition."""
+    from session import stats
+    doc = copy.deepcopy(doc)
+    doc["comparisons"] = [
+        stats.comparison("placement", "aware", "naive", "completion_s",
+                         {"aware": [2.0, 2.1, 1.9, 2.05], "naive": [4.0, 4.2, 3.9, 4.1]},
+                         {"aware": [False, True, False, False], "naive": [False] * 4}),
+        stats.comparison("sync", "nslab", "ntp", "offset_p99_us",
+                         {"nslab": [0.5], "ntp": [0.6]})]
+    text = T.report(doc)
+    assert re.search(r"placement: aware / naive completion_s 0\.500 \[0\.46\d, 0\.53\d\] "
+                     r"n=4, 1 saturated: BETTER", text), text
+    assert "sync: nslab / ntp offset_p99_us 0.833 [?, ?] n=1: no difference at N=1" in text
+    figs = F.figures(R.validate(doc))
+    pts = figs["comparisons"].data[0].x
+    assert len(pts) == 4 and min(pts) == pytest.approx(1.9 / 4.05)
+    html = page.render(doc)
+    assert "Comparisons" in html and "no_difference" in html and "better" in html

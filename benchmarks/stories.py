@@ -1,0 +1,61 @@
+"""The built-in stories' comparisons, repeated: each scenario run with ``repeat`` N (its arms
+interleaved, rotated per round, on one lab), every comparison's ratio of medians with its 95 %
+interval and verdict (``session.stats``), the fidelity flags, the machine and the commit, in
+one JSON file per scenario (``benchmarks/results/stories-*.json``).
+
+    sudo .venv/bin/python benchmarks/stories.py [quickstart two_step ...] [--repeat 5]
+        [--seed N]
+
+The same machinery as ``nslab run SCENARIO --repeat N``: this script only runs the scenarios
+in turn and keeps their comparisons with the machine, so that two machines compare.
+"""
+from __future__ import annotations
+
+import argparse
+
+import record  # benchmarks/record.py: run as a script, benchmarks/ is on sys.path
+from mininet.log import setLogLevel
+
+from contracts.results import validate
+from report.text import fidelity_line
+from session.scenario import load
+from session.session import Session
+
+
+def run(scenario: str, repeat: int, seed: int | None) -> dict:
+    """One scenario with ``repeat`` rounds: its comparisons and fidelity."""
+    sc, topo = load(scenario)
+    sc = sc.model_copy(update={"repeat": repeat, **({"seed": seed} if seed is not None else {})})
+    doc = validate(Session(sc, topo, scenario, progress=lambda m: print("  ..", m, flush=True)
+                           ).run())
+    return {"scenario": scenario, "seed": sc.seed, "repeat": repeat,
+            "fidelity": {"saturated": doc.lab.fidelity.saturated,
+                         "line": fidelity_line(doc.lab.fidelity)
+                         if doc.lab.fidelity.samples else None},
+            "comparisons": [c.model_dump(mode="json") for c in doc.comparisons or []]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("scenarios", nargs="*", default=["quickstart", "two_step"],
+                    help="built-in names or YAML files (default: quickstart two_step)")
+    ap.add_argument("--repeat", type=int, default=5, help="rounds per scenario (default 5)")
+    ap.add_argument("--seed", type=int, help="override the scenarios' seeds")
+    args = ap.parse_args()
+    setLogLevel("error")
+    for name in args.scenarios:
+        got = run(name, args.repeat, args.seed)
+        path = record.write(f"stories-{got['scenario'].rsplit('/', 1)[-1].removesuffix('.yaml')}",
+                            got)
+        print(f"{name} (repeat {args.repeat}): {got['fidelity']['line']}")
+        for c in got["comparisons"]:
+            lo, hi = c["ratio_ci95"]
+            print(f"  {c['study']:9s} {c['arm']:>28s} / {c['baseline']:<24s} {c['metric']:16s} "
+                  f"{c['ratio_median']} [{lo}, {hi}] {c['verdict']} "
+                  f"(saturated {c['saturated_n']}/{c['n']})"
+                  + (f"; {c['reference_source']} {c['reference']}" if c['reference'] else ""))
+        print(f"  written: {path}")
+
+
+if __name__ == "__main__":
+    main()
