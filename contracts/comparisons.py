@@ -51,7 +51,7 @@ def report_lines(doc) -> list[str]:
         lo, hi = (f"{x:.3f}" if x is not None else "?" for x in c.ratio_ci95)
         ratio = f"{c.ratio_median:.3f}" if c.ratio_median is not None else "-"
         ref = (f"; {c.reference_source} {c.reference}" if c.reference is not None else "")
-        sat = f", {c.saturated_n} saturated" if c.saturated_n else ""
+        sat = f", saturated in {c.saturated_n} of {c.n}" if c.saturated_n else ""
         words = {"better": "BETTER", "worse": "WORSE",
                  "no_difference": f"no difference at N={c.n}"}
         lines.append(f"    {c.study}: {c.arm} / {c.baseline} {c.metric} {ratio} "

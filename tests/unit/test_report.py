@@ -223,7 +223,7 @@ def test_comparisons_in_text_page_and_plot(doc):
                          {"nslab": [0.5], "ntp": [0.6]})]
     text = T.report(doc)
     assert re.search(r"placement: aware / naive completion_s 0\.500 \[0\.46\d, 0\.53\d\] "
-                     r"n=4, 1 saturated: BETTER", text), text
+                     r"n=4, saturated in 1 of 4: BETTER", text), text
     assert "sync: nslab / ntp offset_p99_us 0.833 [?, ?] n=1: no difference at N=1" in text
     figs = F.figures(R.validate(doc))
     pts = figs["comparisons"].data[0].x
