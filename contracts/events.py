@@ -134,6 +134,12 @@ Fault = Annotated[LinkDown | LinkUp | Flap | Loss | Rate | Queue | CpuHog | Paus
 FAULT_TYPES: dict[str, type[_Fault]] = {
     t.model_fields["kind"].default: t for t in get_args(get_args(Fault)[0])}
 FAULT_KINDS = tuple(FAULT_TYPES)
+
+
+def kind_of(fault_type: type[_Fault]) -> str:
+    """The ``kind`` of a fault class (``LinkDown`` -> "link_down")."""
+    return fault_type.model_fields["kind"].default
+
 LINK_KINDS = tuple(k for k, t in FAULT_TYPES.items() if issubclass(t, _LinkFault))
 VM_KINDS = tuple(k for k, t in FAULT_TYPES.items() if issubclass(t, _VmFault))
 

@@ -174,10 +174,9 @@ class Lab:
         """Apply ``fault`` now (its ``at_s`` is not waited for); the event it stamped.
 
         Raises:
-            LabError: the lab refused it (unknown node or link, a state that forbids it).
+            LabError: the lab refused it (``lab.fault_rules.check``: not running, unknown
+                node or link, a state that forbids it).
         """
-        if self.net is None:
-            raise LabError(f"lab {self.name} is not running")
         ev = self.faults.apply(fault)
         ev.source = source
         return ev

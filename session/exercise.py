@@ -22,7 +22,8 @@ the scenario ``NAME.scenario.yaml`` (both mode 0600: a student who is not root c
 the truth) and ``NAME.observations.json`` (what the
 student is shown). ``check`` validates the answer file against the kind's ``Answer`` (every
 problem with its line, as for scenarios), runs the check's own lab when the kind needs one
-(``pacer``) and returns the ``Verdict``.
+(``pacer``) and returns the ``Verdict``: ``check_lab``, then ``judge``, the steps the TUI
+takes too (it runs the check's lab in view).
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ import yaml
 from mininet.topo import Topo
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from contracts.base import reasons
 from lab.capabilities import require_root
 from lab.errors import LabError, ScenarioError, ScenarioProblem
 from lab.wait import wait_until
@@ -78,9 +80,7 @@ class Exercise(BaseModel):
         try:
             self.kind.Params.model_validate(self.params)
         except ValidationError as e:
-            raise ValueError("params: " + "; ".join(
-                f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
-            ) from e
+            raise ValueError(f"params: {reasons(e)}") from e
         return self
 
     @property
@@ -169,6 +169,22 @@ def observations_path(directory: str | Path, name: str) -> Path:
     return Path(directory) / f"{name}.observations.json"
 
 
+def check_path(directory: str | Path, name: str) -> Path:
+    """Where ``check_lab`` writes the scenario of the check's own lab."""
+    return Path(directory) / f"{name}.check.yaml"
+
+
+def new_record(ex: Exercise, prep: Prepared, results: dict,
+               observations: dict | None = None) -> dict:
+    """The record of a run of ``ex``'s lab (what ``check`` reads): the seed, the drawn
+    truth and the scenario of ``prep``, the run's ``nslab.results/1`` document ``results``
+    (the TUI gives the sections its live lab knows: ``truth``) and what the student was
+    shown."""
+    return {"schema": RECORD, "exercise": ex.name, "seed": prep.data["seed"],
+            "truth": prep.truth, "scenario": prep.data, "results": results,
+            "observations": observations}
+
+
 def start(ex: Exercise, seed: int, directory: str | Path = DEFAULT_DIR,
           lab_name: str | None = None, progress=None) -> dict:
     """Build and run the exercise's lab (a ``Session``) and write its record (truth, mode
@@ -187,9 +203,8 @@ def start(ex: Exercise, seed: int, directory: str | Path = DEFAULT_DIR,
     finally:
         session.stop()
     doc = session.results()
-    record = {"schema": RECORD, "exercise": ex.name, "seed": seed, "truth": prep.truth,
-              "scenario": prep.data, "results": doc,
-              "observations": ex.kind.observe(doc, session.agents_state, live, prep.truth)}
+    record = new_record(ex, prep, doc, ex.kind.observe(doc, session.agents_state, live,
+                                                       prep.truth))
     write_private(record_path(directory, ex.name), json.dumps(record, indent=1))
     observations_path(directory, ex.name).write_text(
         json.dumps(record["observations"], indent=1) + "\n")
@@ -244,6 +259,30 @@ def read_answer(ex: Exercise, path: str | Path) -> BaseModel:
     return load_model(ex.kind.Answer, Path(path), f"`{example}`", "not checked")
 
 
+def check_lab(ex: Exercise, answer: BaseModel, record: dict,
+              directory: str | Path) -> dict | None:
+    """The scenario (dict) of the lab the check of ``answer`` runs first, for a kind that
+    measures (``pacer``), written to ``check_path(directory, ex.name)``; None: the check
+    reads the record alone."""
+    data = ex.kind.check_scenario(answer, record, ex.parsed_params)
+    if data is not None:
+        write_scenario(data, directory, check_path(directory, ex.name).name)
+    return data
+
+
+def judge(ex: Exercise, answer: BaseModel, record: dict,
+          check_results: dict | None = None) -> Verdict:
+    """The verdict on ``answer`` against ``record`` (``new_record``). ``check_results``: the
+    results of the lab ``check_lab`` asked for (the ``nslab.results/1`` document, or at
+    least its ``jobs``), kept in the record; the verdict carries its ``lab.fidelity`` when
+    there is one."""
+    if check_results is not None:
+        record["check_results"] = check_results
+    verdict = ex.kind.check(answer, record, ex.parsed_params)
+    verdict.fidelity = (check_results or {}).get("lab", {}).get("fidelity")
+    return verdict
+
+
 def check(ex: Exercise, answer_path: str | Path, directory: str | Path = DEFAULT_DIR,
           lab_name: str | None = None, progress=None) -> Verdict:
     """Check the answer file against the record of ``start``; for a kind that measures
@@ -255,15 +294,10 @@ def check(ex: Exercise, answer_path: str | Path, directory: str | Path = DEFAULT
     """
     record = read_record(directory, ex.name)
     answer = read_answer(ex, answer_path)
-    params = ex.parsed_params
-    data = ex.kind.check_scenario(answer, record, params)
-    if data is not None:
+    results = None
+    if check_lab(ex, answer, record, directory) is not None:
         require_root()
-        path = write_scenario(data, directory, f"{ex.name}.check.yaml")
-        sc, topo = load(str(path))
-        record["check_results"] = Session(sc, topo, str(path), lab_name,
-                                          progress=progress).run()
-    verdict = ex.kind.check(answer, record, params)
-    if data is not None:
-        verdict.fidelity = record["check_results"]["lab"]["fidelity"]
-    return verdict
+        path = str(check_path(directory, ex.name))
+        sc, topo = load(path)
+        results = Session(sc, topo, path, lab_name, progress=progress).run()
+    return judge(ex, answer, record, results)

@@ -14,49 +14,37 @@ focused widget).
 Every snapshot also goes into a ``tui.history.History``: the panels' plots (shown on tall
 terminals, ``TALL``) and the detail screens (Enter on a link or a VM, ``tui.detail``) draw
 from it; a replay that jumps (start, seek, loop) sends the frames before the new position
-along (``SnapshotReady.past``) so the plots are rebuilt. The replay keys (seek, speed, loop)
-call the backend's ``seek``/``set_speed``/``toggle_loop`` where it has them
-(``tui.recorded.RecordedBackend``) and are refused elsewhere.
+along (``SnapshotReady.past``) so the plots are rebuilt.
+
+The controls live in mixins, one job each: ``tui.fault_keys`` (faults on the selected link
+or VM), ``tui.scenario_keys`` (timeline, scenario switch, a recording's replay controls) and
+``tui.exercise`` (exercises). What a backend can do beyond the core it declares in flags
+(``tui.backend.Backend``: ``replays``, ``lab_results``), which the app reads.
 
 ``make_app`` is the one factory shared by ``nslab tui`` and the tests.
 """
 from __future__ import annotations
 
-import random
-import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.message import Message
-from textual.widgets import Footer, Header, Static, TabbedContent, TabPane, Tabs
+from textual.widgets import Footer, Header, TabbedContent, TabPane, Tabs
 
 from agents.owd import natural_key
-from contracts.events import (
-    ClockStep,
-    CpuHog,
-    Fault,
-    Flap,
-    LinkDown,
-    LinkUp,
-    Loss,
-    Migrate,
-    Pause,
-    Rate,
-    Resume,
-)
-from lab.errors import LabError
-from tui.backend import Backend, EventView, Snapshot, kind_of
+from tui.backend import Backend, EventView, Snapshot
 from tui.commands import NslabCommands
 from tui.detail import DetailScreen, LinkDetail, VMDetail
+from tui.exercise import ExerciseKeys, RunningExercise
+from tui.fault_keys import FaultKeys
 from tui.history import History
-from tui.screens import ExerciseScreen, HelpScreen, ScenarioPicker
+from tui.messages import ControlDone, LabStopped, SnapshotReady
+from tui.scenario_keys import ScenarioKeys
+from tui.screens import HelpScreen
 from tui.widgets import (
     CirclesView,
     CollocationView,
@@ -69,58 +57,12 @@ from tui.widgets import (
     VMTable,
 )
 
-TUI_SCENARIOS = Path(__file__).parent / "scenarios"
 PANELS = ("fabric", "vms", "owd", "jobs")  # the tab panes, in the order of their keys 1-4
 WIDE = 120  # columns from which the log sits beside the fabric
 TALL = {False: 38, True: 30}  # rows (narrow, wide) from which the panels show their plots
 
 
-@dataclass
-class RunningExercise:
-    """An exercise started in the TUI: the exercise, the truth its seed drew, its scenario
-    (dict), the directory of its files and the answer last typed; ``checking``: the answer
-    (parsed) whose check's own lab runs now (``pacer``), until its jobs are done."""
-
-    ex: Any
-    truth: dict
-    scenario: dict
-    directory: Path
-    answer: str
-    checking: Any = None
-    check_backend: Any = None  # the backend of the check's lab, once started
-    verdict: str = ""  # the last verdict of a check that ran its own lab
-
-    @property
-    def title(self) -> str:
-        return f"exercise {self.ex.name}: {self.ex.title}"
-
-
-@dataclass
-class SnapshotReady(Message):
-    """A worker fetched a snapshot; ``past``: the frames before it when a replay jumped (its
-    start, a seek, a loop), to rebuild the plots' history from."""
-
-    snapshot: Snapshot
-    past: list[Snapshot] | None = None
-
-
-@dataclass
-class ControlDone(Message):
-    """A control finished: ``label``, the event it stamped (if any), or the ``error``."""
-
-    label: str
-    event: EventView | None = None
-    error: str | None = None
-
-
-@dataclass
-class LabStopped(Message):
-    """The backend tore the lab down; ``then_exit``: the app quits next."""
-
-    then_exit: bool = False
-
-
-class NslabApp(App):
+class NslabApp(FaultKeys, ScenarioKeys, ExerciseKeys, App):
     """See the module doc. ``backend_factory(scenario)`` makes a new backend when another
     scenario is picked (None: picking is disabled)."""
 
@@ -177,6 +119,7 @@ class NslabApp(App):
         self.done: list[str] = []  # labels of finished controls (tests, status)
         self.history = History()
         self.exercise: RunningExercise | None = None
+        self.rates: dict[str, float] = {}  # link -> its configured rate, Mbit/s (``r``)
 
     # -- layout ----------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -259,8 +202,8 @@ class NslabApp(App):
 
     def _fetch(self) -> SnapshotReady:
         """The backend's snapshot now (in a worker), with the replay's past after a jump."""
-        past = getattr(self.backend, "past", None)
-        before = past() if past is not None and self.backend.jumped else None
+        replay = self.backend.replays and self.backend.jumped
+        before = self.backend.past() if replay else None
         return SnapshotReady(self.backend.snapshot(), before)
 
     def poll(self) -> None:
@@ -327,10 +270,8 @@ class NslabApp(App):
         self.w_log.update_snapshot(snap)
         self.history.add(snap)
         self.refresh_plots()
-        if self.exercise is not None and self.exercise.check_backend is self.backend \
-                and self.exercise.checking is not None and snap.state in ("done", "stopped",
-                                                                          "error"):
-            self._check_done(snap)
+        if self.checked_lab_ended(snap):
+            self.check_done(snap)
         top = self.screen_stack[-1] if self.screen_stack else None  # none while quitting
         if isinstance(top, DetailScreen):
             top.refresh_from(snap)
@@ -469,244 +410,10 @@ class NslabApp(App):
         if self.focused is None or msg.pane not in self.focused.ancestors:
             self._focus_panel(msg.pane.id)
 
-    # -- faults ----------------------------------------------------------------------------
-    def _refuse(self, why: str) -> None:
+    def refuse(self, why: str) -> None:
+        """Refuse a control: ``why`` in the event log and a notice."""
         self.w_log.note(why, self.snap.time_s if self.snap else 0.0)
         self.notify(why, severity="warning", timeout=3)
-
-    def inject(self, fault: Fault) -> None:
-        """Apply ``fault`` through the backend (a worker); a refusal is logged."""
-        self.control(f"{fault.kind} {fault.target}", self.backend.inject, fault)
-
-    def inject_link(self, fault_type: type[Fault], **params) -> None:
-        """Inject a link fault of ``fault_type`` (a ``contracts.events`` class) on the selected
-        link, e.g. ``inject_link(Loss, percent=5.0)``."""
-        lk = self.w_fabric.selected_link
-        self._inject_on(fault_type, "link", (lk.a, lk.b) if lk else None, params)
-
-    def inject_vm(self, fault_type: type[Fault], **params) -> None:
-        """Inject a VM fault of ``fault_type`` (a ``contracts.events`` class) on the selected VM,
-        e.g. ``inject_vm(Migrate, to="phys2")``."""
-        self._inject_on(fault_type, "vm", self.selected_vm, params)
-
-    def _inject_on(self, fault_type: type[Fault], field: str, target, params: dict) -> None:
-        """Build ``fault_type(field=target, **params)`` and inject it; a fault that does not
-        validate (pydantic) is refused with its reasons, as is one with nothing selected."""
-        kind = kind_of(fault_type)
-        if target is None or self.stopped:
-            noun = "VM" if field == "vm" else field
-            return self._refuse(f"{kind}: no {noun} selected or lab not running")
-        try:
-            fault = fault_type(**{field: target}, **params)
-        except ValidationError as e:
-            why = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}"
-                            for err in e.errors())
-            return self._refuse(f"{kind} refused: {why}")
-        self.inject(fault)
-
-    def action_link_down(self) -> None:
-        self.inject_link(LinkDown)
-
-    def action_link_up(self) -> None:
-        self.inject_link(LinkUp)
-
-    def action_flap(self) -> None:
-        self.inject_link(Flap, down_s=1.0, up_s=1.0, count=3)
-
-    def action_loss(self) -> None:
-        lk = self.w_fabric.selected_link
-        self.inject_link(Loss, percent=0.0 if lk and lk.loss_percent else 5.0)
-
-    def action_rate(self) -> None:
-        lk = self.w_fabric.selected_link
-        if lk is None:
-            return self._refuse("rate: no link selected")
-        if not lk.bw_mbit:
-            return self._refuse(f"rate: {lk.key} is unshaped (no rate to change)")
-        base = self._configured_rate.setdefault(lk.key, lk.bw_mbit)
-        self.inject_link(Rate, mbit=base / 2 if lk.bw_mbit >= base else base)
-
-    @property
-    def _configured_rate(self) -> dict[str, float]:
-        if not hasattr(self, "_rates"):
-            self._rates: dict[str, float] = {}
-        return self._rates
-
-    def action_hog(self) -> None:
-        v = self.snap.vm(self.selected_vm) if self.snap and self.selected_vm else None
-        self.inject_vm(CpuHog, enable=not (v and v.hog))
-
-    def action_pause_vm(self) -> None:
-        v = self.snap.vm(self.selected_vm) if self.snap and self.selected_vm else None
-        if v is None:
-            return self._refuse("pause: no VM selected")
-        self.inject_vm(Resume if v.paused else Pause)
-
-    def action_clock_step(self) -> None:
-        self.inject_vm(ClockStep, step_ms=2.0)
-
-    def action_migrate(self) -> None:
-        v = self.snap.vm(self.selected_vm) if self.snap and self.selected_vm else None
-        hosts = self.snap.hosts if self.snap else []
-        if v is None or len(hosts) < 2:
-            return self._refuse("migrate: needs a selected VM and two physical hosts")
-        nxt = hosts[(hosts.index(v.phys) + 1) % len(hosts)] if v.phys in hosts else hosts[0]
-        self.inject_vm(Migrate, to=nxt)
-
-    # -- scenario --------------------------------------------------------------------------
-    def action_toggle_timeline(self) -> None:
-        if self.stopped:
-            return self._refuse("the lab is stopped")
-        if self.timeline_paused:
-            self.timeline_paused = False
-            self.control("timeline resumed", self.backend.resume)
-        else:
-            self.timeline_paused = True
-            self.control("timeline paused", self.backend.pause)
-
-    def action_step(self) -> None:
-        if self.stopped:
-            return self._refuse("the lab is stopped")
-        self.control("step", self.backend.step)
-
-    def action_stop_lab(self) -> None:
-        if not self.stopped:
-            self.w_log.note("tearing the lab down ...")
-            self.teardown(False)
-
-    def scenario_choices(self) -> list[tuple[str, str]]:
-        from session.scenario import builtin_names
-        out = [(n, n) for n in builtin_names()]
-        out += [(p.stem, str(p)) for p in sorted(TUI_SCENARIOS.glob("*.yaml"))]
-        return out
-
-    def action_pick_scenario(self) -> None:
-        if self.backend_factory is None:
-            return self._refuse("this backend cannot switch scenarios (a recording?)")
-
-        def chosen(value: str | None) -> None:
-            if value:
-                self.restart(value)
-        self.push_screen(ScenarioPicker(self.scenario_choices()), chosen)
-
-    def restart(self, scenario: str, exercise: RunningExercise | None = None) -> None:
-        """Tear the current lab down and start ``scenario`` with a new backend (for
-        ``exercise``: its lab, its truth hidden)."""
-        if self.backend_factory is None:
-            return self._refuse("this backend cannot switch scenarios (a recording?)")
-        self.exercise = exercise
-        self.w_log.note(f"switching to {exercise.title if exercise else scenario} ...")
-        self.teardown(False, restart=scenario,
-                      hide=frozenset(exercise.ex.hide) if exercise else frozenset())
-
-    # -- exercises -------------------------------------------------------------------------
-    def exercise_choices(self) -> list[tuple[str, str]]:
-        """(name, title) of every built-in exercise."""
-        from session.exercise import load_exercise, names
-        return [(n, load_exercise(n).title) for n in names()]
-
-    def start_exercise(self, name: str) -> None:
-        """Draw exercise ``name``'s hidden truth from a random seed, start its lab in place
-        of the current one (the truth hidden from the panels) and show its task."""
-        from session.exercise import load_exercise, prepare
-        if self.backend_factory is None:
-            return self._refuse("exercises need a live lab (nslab tui as root)")
-        ex = load_exercise(name)
-        directory = Path(tempfile.mkdtemp(prefix="nslab-exercise-"))
-        prep = prepare(ex, random.randrange(1_000_000), directory)
-        self.restart(str(prep.path), RunningExercise(ex, prep.truth, prep.data, directory,
-                                                     ex.answer))
-        self.action_exercise()
-
-    def action_exercise(self) -> None:
-        """The running exercise's task and answer box."""
-        ex = self.exercise
-        if ex is None:
-            return self._refuse("no exercise running: ctrl+p, then 'Exercise'")
-        self.push_screen(ExerciseScreen(ex.title, ex.ex.task, ex.answer, self.check_exercise,
-                                        ex.verdict))
-
-    def check_exercise(self, text: str) -> str:
-        """Check the answer ``text`` against the running exercise's truth; the verdict's
-        text, or why it was not checked. A kind that measures (``pacer``) runs its check's
-        own lab in place of the exercise's, in view; the verdict comes when its jobs are
-        done (``on_snapshot_ready``)."""
-        from session.exercise import read_answer, write_scenario
-        run = self.exercise
-        run.answer = text
-        path = run.directory / "answer.yaml"
-        path.write_text(text)
-        record = {"truth": run.truth, "scenario": run.scenario}
-        try:
-            answer = read_answer(run.ex, path)
-            if hasattr(self.backend, "truth"):  # the lab's, shaped as the results' section
-                record["results"] = {"truth": self.backend.truth()}
-        except LabError as e:
-            return str(e)
-        params = run.ex.parsed_params
-        data = run.ex.kind.check_scenario(answer, record, params)
-        if data is not None:
-            run.checking = answer
-            self.restart(str(write_scenario(data, run.directory, f"{run.ex.name}.check.yaml")),
-                         run)
-            text = (f"checking: {run.ex.name}'s check runs a lab of its own now, in view "
-                    f"(its jobs: {', '.join(j['name'] for j in data['jobs'])}); the verdict "
-                    "comes to the event log and here when they are done")
-            self.w_log.note(text, self.snap.time_s if self.snap else 0.0)
-            return text
-        return self._verdict(run, answer, record)
-
-    def _verdict(self, run: RunningExercise, answer, record: dict) -> str:
-        """``run``'s verdict on ``answer`` from ``record``, noted in the event log."""
-        verdict = run.ex.kind.check(answer, record, run.ex.parsed_params)
-        self.w_log.note(f"exercise {run.ex.name}: {'passed' if verdict.passed else 'not yet'}",
-                        self.snap.time_s if self.snap else 0.0)
-        return verdict.text()
-
-    def _check_done(self, snap: Snapshot) -> None:
-        """The check's own lab finished its jobs (state "done"): the verdict from its jobs'
-        results; or it ended before ("stopped", "error": bring-up or agents failed, or it was
-        stopped): no verdict, and why. Either in the event log and the exercise screen
-        (shown)."""
-        run = self.exercise
-        answer, run.checking, run.check_backend = run.checking, None, None
-        if snap.state == "done":
-            record = {"truth": run.truth, "scenario": run.scenario,
-                      "check_results": {"jobs": self.backend.job_results()}}
-            text = self._verdict(run, answer, record)
-        else:
-            why = getattr(self.backend, "error", None) or f"its lab was {snap.state}"
-            text = f"no verdict: the check's lab ended before its jobs were done ({why})"
-        for line in text.splitlines():
-            self.w_log.note(line, snap.time_s)
-        run.verdict = text
-        if isinstance(self.screen, ExerciseScreen):
-            self.screen.query_one("#exercise-verdict", Static).update(text)
-        else:
-            self.action_exercise()  # shows run.verdict
-
-    # -- replay ----------------------------------------------------------------------------
-    def _replay(self, what: str):
-        """The backend's replay control ``what``, or None (refused: not a recording)."""
-        fn = getattr(self.backend, what, None)
-        if fn is None:
-            self._refuse("seek, speed and loop work on a recording (--replay)")
-        return fn
-
-    def action_seek(self, frames: int) -> None:
-        fn = self._replay("seek")
-        if fn is not None:
-            self.control(f"seek {frames:+d} frames", fn, frames)
-
-    def action_speed(self, factor: float) -> None:
-        fn = self._replay("set_speed")
-        if fn is not None:
-            self.control(f"replay speed x{factor:g}", fn, factor)
-
-    def action_loop(self) -> None:
-        fn = self._replay("toggle_loop")
-        if fn is not None:
-            self.control("replay loop on/off", fn)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

@@ -13,17 +13,12 @@ utilization a fraction of the link rate (0..1), CPU percent of one core.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from contracts.events import Fault, describe
 from lab.observe import TIERS  # noqa: F401 - node tiers: the lab's, re-exported for views
 
 SCHEMA = "nslab.tui-recording/1"
-
-
-def kind_of(fault_type: type[Fault]) -> str:
-    """The ``kind`` of a fault class of ``contracts.events`` (``LinkDown`` -> "link_down")."""
-    return fault_type.model_fields["kind"].default
 
 
 @dataclass
@@ -238,18 +233,28 @@ def _build(cls, doc: dict):
     return cls(**{k: v for k, v in doc.items() if k in known})
 
 
-@runtime_checkable
 class Backend(Protocol):
     """A running (or replayed) scenario. Methods may block; call them from worker threads.
 
     Faults are the typed models of ``contracts.events`` (the one fault vocabulary).
 
+    Abilities: every backend declares ``replays`` (True: it is a ``Replay``, with a
+    recording's controls) and ``lab_results`` (True: it is a ``LabResults``, with the truth
+    and the job results of a lab, which an exercise's check reads); the app reads these flags
+    and calls those methods only where they are True.
+
+    ``hide``: what the snapshots leave out (``hidden``: an exercise's truth; set before
+    ``start``); ``error``: why the lab failed (state "error"), else None.
+
     Errors: ``inject`` raises ``lab.errors.LabError`` with a message for the user when the lab
-    refuses a fault (no such link or VM, a state that forbids it, a lab not running); the
-    others raise ``LabError`` on lab failures.
+    refuses a fault (``lab.fault_rules.check``); the others raise ``LabError`` on lab failures.
     """
 
     scenario: str
+    hide: frozenset[str]
+    error: str | None
+    replays: bool
+    lab_results: bool
 
     def start(self, scenario: str | None = None) -> None:
         """Bring the scenario's lab up and start its timeline (None: the one given before)."""
@@ -272,3 +277,36 @@ class Backend(Protocol):
 
     def stop(self) -> None:
         """Tear the lab down (idempotent; safe from any thread, also after a crash)."""
+
+
+class Replay(Backend, Protocol):
+    """A backend over a recording (``replays`` True): ``jumped`` says the position jumped
+    (start, seek, loop) since ``past()`` was last called."""
+
+    jumped: bool
+
+    def seek(self, frames: int) -> int:
+        """Jump ``frames`` frames (negative: back); the frame index now."""
+
+    def set_speed(self, factor: float) -> float:
+        """Multiply the replay speed by ``factor``; the speed now, frames per snapshot."""
+
+    def toggle_loop(self) -> bool:
+        """Loop on or off; True when on."""
+
+    def past(self) -> list[Snapshot]:
+        """The recorded frames before the one played next (clears ``jumped``)."""
+
+
+class LabResults(Backend, Protocol):
+    """A backend over a real lab (``lab_results`` True)."""
+
+    def truth(self) -> dict:
+        """The lab's truth shaped as the results' ``truth`` section (at least ``placements``).
+
+        Raises:
+            LabError: the lab is not up.
+        """
+
+    def job_results(self) -> list[dict]:
+        """The finished jobs' entries, as in the results' ``jobs`` section."""

@@ -63,7 +63,8 @@ def placement_line(entry: dict) -> str:
 
 
 class LiveBackend:
-    """A scenario's Session, driven by the TUI.
+    """A scenario's Session, driven by the TUI: a ``tui.backend.LabResults`` (no replay
+    controls).
 
     Args:
         scenario: built-in name or YAML path (``session.scenario.load``).
@@ -72,6 +73,9 @@ class LiveBackend:
         progress: called with bring-up messages (from the lab thread).
         hide: what the snapshots leave out (``tui.backend.hidden``: an exercise's truth).
     """
+
+    replays = False
+    lab_results = True
 
     def __init__(self, scenario: str = "quickstart", name: str | None = None,
                  run_jobs: bool = True, progress=None, hide: frozenset[str] = frozenset()):

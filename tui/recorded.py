@@ -7,8 +7,9 @@ A recording is one JSON document ``{"schema": "nslab.tui-recording/1", "scenario
 first, while the timeline runs; holding the last one, or starting over with ``loop``), seeks
 (``seek``), and keeps the controls honest: an injected fault (a ``contracts.events`` model)
 is stamped into its event list and changes what later frames show (a link taken down stays
-down, a paused VM stays paused, ...), and what the lab would refuse raises ``LabError``, so
-Pilot tests can drive every control without a lab.
+down, a paused VM stays paused, ...), and what the lab would refuse it refuses in the lab's
+words (``lab.fault_rules``, on what the frame shows), so Pilot tests can drive every control
+without a lab.
 """
 from __future__ import annotations
 
@@ -29,11 +30,21 @@ from contracts.events import (
     Rate,
     Resume,
 )
-from lab.errors import LabError
-from tui.backend import SCHEMA, EventView, Snapshot
+from lab.fault_rules import LabFacts, check
+from tui.backend import SCHEMA, Backend, EventView, Snapshot, hidden
 
 RECORDINGS = Path(__file__).parent / "recordings"
 DEFAULT_RECORDING = RECORDINGS / "tui_demo.json"
+
+
+def facts_of(snap: Snapshot) -> LabFacts:
+    """What ``lab.fault_rules`` reads of a lab, from what ``snap`` shows: running unless it
+    is starting, stopped or failed; a link is shaped when it has a rate."""
+    return LabFacts(snap.lab, running=snap.state not in ("starting", "stopped", "error"),
+                    nodes=frozenset(n.name for n in snap.nodes),
+                    links={frozenset((lk.a, lk.b)): bool(lk.bw_mbit) for lk in snap.links},
+                    vms={v.name: v.phys for v in snap.vms},
+                    paused=frozenset(v.name for v in snap.vms if v.paused))
 
 
 def load_recording(path: str | Path) -> tuple[str, list[Snapshot]]:
@@ -49,7 +60,10 @@ def load_recording(path: str | Path) -> tuple[str, list[Snapshot]]:
 
 
 class RecordedBackend:
-    """A ``Backend`` over recorded frames (see the module doc)."""
+    """A ``tui.backend.Replay`` over recorded frames (see the module doc); no lab results."""
+
+    replays = True
+    lab_results = False
 
     def __init__(self, path: str | Path = DEFAULT_RECORDING, start_at: int = 0,
                  advance: bool = True):
@@ -58,6 +72,8 @@ class RecordedBackend:
         self.path = Path(path)
         self.start_at, self.advance = start_at, advance
         self.scenario, self.frames = load_recording(self.path)
+        self.hide: frozenset[str] = frozenset()
+        self.error: str | None = None
         self.index = 0
         self.pos = 0.0  # the replay position, frames (fractional at speeds below 1)
         self.speed = 1.0  # frames per snapshot
@@ -91,9 +107,14 @@ class RecordedBackend:
         return self.frames[min(self.index, len(self.frames) - 1)]
 
     def snapshot(self) -> Snapshot:
-        frame = copy.deepcopy(self._frame())
+        frame = self._shown()
         if self.started and self.advance and not self.paused and not self.stopped:
             self._move(self.speed)
+        return hidden(frame, self.hide)
+
+    def _shown(self) -> Snapshot:
+        """The frame now as the controls changed it (a copy)."""
+        frame = copy.deepcopy(self._frame())
         played = {(e.kind, e.target, e.t_s) for e in self.stepped_from}
         frame.pending = [p for p in frame.pending if (p.kind, p.target, p.t_s) not in played]
         frame.events = sorted(self._unplayed(frame.events) + self.stepped + self.injected,
@@ -170,43 +191,32 @@ class RecordedBackend:
         """Record the fault and let its effect show in later frames.
 
         Raises:
-            LabError: where the lab would refuse it: the lab is stopped, no such link or VM,
-                migrating to an unknown host, to the host the VM is on or while it is paused,
-                a new rate for an unshaped link.
+            LabError: where the lab would refuse it (``lab.fault_rules.check``, on what the
+                frame shows now).
         """
-        if self.stopped:
-            raise LabError("the lab is stopped")
-        frame = self._frame()
+        frame = self._shown()
+        check(fault, facts_of(frame))
         if fault.kind in VM_KINDS:
-            self._apply_vm(frame, fault)
+            self._apply_vm(fault)
         else:
-            self._apply_link(frame, fault)
+            self._apply_link(fault)
         ev = EventView(t_s=frame.time_s, kind=fault.kind, target=fault.target,
                        params=fault.params(), source="tui")
         self.injected.append(ev)
         self.calls.append(f"inject {fault.kind} {fault.target}")
         return ev
 
-    def _apply_link(self, frame: Snapshot, fault: Fault) -> None:
-        a, b = fault.link
-        lk = frame.link(a, b)
-        if lk is None:
-            raise LabError(f"no link between {a} and {b}")
+    def _apply_link(self, fault: Fault) -> None:
         key = frozenset(fault.link)
         if isinstance(fault, (LinkDown, LinkUp)):
             self.down[key] = isinstance(fault, LinkDown)
         elif isinstance(fault, Loss):
             self.loss[key] = fault.percent
         elif isinstance(fault, Rate):
-            if not lk.bw_mbit:
-                raise LabError(f"link {fault.target} has no rate limit to change; give it a bw")
             self.rate[key] = fault.mbit
         # Flap and Queue: stamped only (no frame field shows them)
 
-    def _apply_vm(self, frame: Snapshot, fault: Fault) -> None:
-        vm = frame.vm(fault.vm)
-        if vm is None:
-            raise LabError(f"no VM {fault.vm!r}")
+    def _apply_vm(self, fault: Fault) -> None:
         st = self.vm_state.setdefault(fault.vm, {})
         if isinstance(fault, CpuHog):
             st["hog"] = fault.enable
@@ -215,13 +225,6 @@ class RecordedBackend:
         elif isinstance(fault, ClockStep):
             st["step_ms"] = st.get("step_ms", 0.0) + fault.step_ms
         elif isinstance(fault, Migrate):
-            on = st.get("phys", vm.phys)
-            if frame.hosts and fault.to not in frame.hosts:
-                raise LabError(f"no physical host {fault.to!r}; hosts: {frame.hosts}")
-            if fault.to == on:
-                raise LabError(f"{fault.vm} already runs on {fault.to}")
-            if st.get("paused", vm.paused):
-                raise LabError(f"{fault.vm} is paused; resume it before migrating")
             st["phys"] = fault.to
 
     def pause(self) -> None:
@@ -252,17 +255,32 @@ class RecordedBackend:
 
 
 class Recorder:
-    """Wraps a backend and keeps every snapshot; ``save(path)`` writes the recording.
+    """Wraps a ``Backend`` and keeps every snapshot; ``save(path)`` writes the recording.
+    ``RecordedBackend(path)`` replays it. It offers the core ``Backend`` only (no replay
+    controls, no lab results)."""
 
-    ``RecordedBackend(path)`` replays it."""
+    replays = False
+    lab_results = False
 
-    def __init__(self, inner, path: str | Path):
+    def __init__(self, inner: Backend, path: str | Path):
         self.inner, self.path = inner, Path(path)
         self.frames: list[dict] = []
 
     @property
     def scenario(self) -> str:
         return self.inner.scenario
+
+    @property
+    def hide(self) -> frozenset[str]:
+        return self.inner.hide
+
+    @hide.setter
+    def hide(self, value: frozenset[str]) -> None:
+        self.inner.hide = value
+
+    @property
+    def error(self) -> str | None:
+        return self.inner.error
 
     def start(self, scenario: str | None = None) -> None:
         self.inner.start(scenario)

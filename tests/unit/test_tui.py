@@ -300,7 +300,7 @@ def test_recorded_refuses_migrating_a_paused_vm_and_a_stopped_lab():
     with pytest.raises(LabError, match="paused"):
         backend.inject(Migrate(vm="vm3", to="phys2"))
     backend.stop()
-    with pytest.raises(LabError, match="stopped"):
+    with pytest.raises(LabError, match="not running"):
         backend.inject(Resume(vm="vm3"))
 
 

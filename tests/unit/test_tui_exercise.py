@@ -60,7 +60,7 @@ async def test_palette_starts_an_exercise_and_checks_the_answer():
         assert first.stopped and made and made[0].endswith("congested.scenario.yaml")
         assert app.backend.hide == frozenset({"links", "faults"})
         assert isinstance(app.screen, ExerciseScreen)
-        truth = app.exercise.truth["link"]
+        truth = app.exercise.prep.truth["link"]
         a, b = truth.split("->")
         box = app.screen.query_one(TextArea)
         verdict = app.screen.query_one("#exercise-verdict", Static)
@@ -82,7 +82,9 @@ async def test_palette_starts_an_exercise_and_checks_the_answer():
 
 class CheckLab(RecordedBackend):
     """The lab of a check that runs its own (``pacer``): in ``state`` ("done": its jobs done,
-    with these drops; "error": ended with ``error``)."""
+    with these drops; "error": ended with ``error``); a live lab's results."""
+
+    lab_results = True
 
     def __init__(self, drops: dict[str, int], state: str = "done", error: str | None = None):
         super().__init__(start_at=MID, advance=False)
@@ -92,6 +94,9 @@ class CheckLab(RecordedBackend):
         snap = super().snapshot()
         snap.state = self.state
         return snap
+
+    def truth(self) -> dict:
+        return {"placements": {}}
 
     def job_results(self) -> list[dict]:
         return [{"name": n, "fabric_drops": d} for n, d in self.drops.items()]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import RichLog
 
-from contracts.events import LinkDown
-from tui.backend import EventView, Snapshot, kind_of
+from contracts.events import LinkDown, kind_of
+from tui.backend import EventView, Snapshot
 
 SOURCE_STYLE = {"tui": "bold yellow", "step": "bold cyan", "timeline": "cyan", "lab": "grey62",
                 "ui": "magenta"}
