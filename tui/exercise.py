@@ -10,29 +10,33 @@ import random
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from pydantic import BaseModel
 from textual.widgets import Static
 
 from lab.errors import LabError
-from tui.backend import Snapshot
+from tui.backend import Backend, Snapshot
 from tui.screens import ExerciseScreen
+
+if TYPE_CHECKING:  # pragma: no cover - session.exercise loads Mininet: imported when used
+    from session.exercise import Exercise, Prepared
 
 
 @dataclass
 class RunningExercise:
-    """An exercise started in the TUI: the exercise (``session.exercise.Exercise``), its lab
-    prepared from a seed (``session.exercise.Prepared``: scenario, truth) and the answer last
-    typed. ``checking``: the answer (parsed) whose check's own lab runs now, until its jobs
-    are done, with the ``record`` it is judged against; ``check_backend``: that lab's backend
-    once started; ``verdict``: the last verdict of a check that ran its own lab."""
+    """An exercise started in the TUI: the exercise, its lab prepared from a seed (scenario,
+    truth) and the answer last typed. ``checking``: the answer (parsed) whose check's own
+    lab runs now, until its jobs are done, with the ``record`` it is judged against;
+    ``check_backend``: that lab's backend once started; ``verdict``: the last verdict of a
+    check that ran its own lab."""
 
-    ex: Any
-    prep: Any
+    ex: Exercise
+    prep: Prepared
     answer: str
-    checking: Any = None
+    checking: BaseModel | None = None
     record: dict = field(default_factory=dict)
-    check_backend: Any = None
+    check_backend: Backend | None = None
     verdict: str = ""
 
     @property
