@@ -6,9 +6,9 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 
 from session import session as ses
-from session.studies import placement
 from session.edge import Sensed
 from session.scenario import load
+from session.studies import placement
 
 TRUE = [["vm1", "vm2"], ["vm3", "vm4"], ["vm5", "vm6"], ["vm7"], ["vm8"]]
 SPLIT = [["vm1"], ["vm2"], ["vm3", "vm4"], ["vm5", "vm6"], ["vm7"], ["vm8"]]
