@@ -187,6 +187,10 @@ class Session:
             k = r % len(arms) if arms else 0
             yield r, arms[k:] + arms[:k]
 
+    def comparisons(self) -> list[dict]:
+        """Every study's compared pairs so far (the TUI's view; the results add the sync's)."""
+        return [c for study in self.studies.values() for c in study.comparisons()]
+
     def now_s(self) -> float:
         """Seconds since bring-up (0 before)."""
         return self.lab.now_s() if self.lab.t0_ns else 0.0

@@ -144,7 +144,8 @@ class Snapshot:
     played, in order. ``owd_us``: ``{"a->b": p50 one-way delay, us}``; ``asymmetry_us``:
     ``{"a<->b": owd(a->b) - owd(b->a), us}``. ``fabric``: the fabric mode (``lab.fabric``).
     ``cassini``: the results' ``cassini.sets`` entries planned so far (``contracts.studies.cassini.
-    CassiniSet`` as JSON; their modes as they finish).
+    CassiniSet`` as JSON; their modes as they finish). ``comparisons``: the studies' compared
+    pairs so far (``contracts.comparisons.Comparison`` as JSON).
     """
 
     time_s: float = 0.0
@@ -167,6 +168,7 @@ class Snapshot:
     fidelity: FidelityView = field(default_factory=FidelityView)
     agents: str = "off"
     cassini: list[dict] = field(default_factory=list)
+    comparisons: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -187,6 +187,7 @@ class LiveBackend:
                                   source="timeline") for at, f in s.pending()]
         snap.jobs = self._job_views()
         snap.cassini = copy.deepcopy(list(s.live("cassini", [])))
+        snap.comparisons = s.comparisons()
         if s.sampler.busy:
             snap.fidelity = FidelityView(busy=round(s.sampler.busy[-1], 3),
                                          softirq=round(s.sampler.softirq[-1], 3),

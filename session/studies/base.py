@@ -5,8 +5,8 @@
 A Session makes one instance of each enabled study and calls, in this order:
 ``check(capabilities)`` before bring-up, ``start()`` once the agents run, ``run()`` in the
 jobs' turn (studies in registry order, after the timeline), ``stop()`` before teardown, and
-``sections(out)`` when the results are made. ``live`` is what the study has finished so far,
-for the TUI.
+``sections(out)`` when the results are made. ``live`` is what the study has finished so far
+and ``comparisons()`` its compared pairs so far, for the TUI.
 """
 from __future__ import annotations
 
@@ -50,5 +50,11 @@ class Study:
     def stop(self) -> None:
         """Stop what ``start`` started (on the lab thread, before teardown)."""
 
+    def comparisons(self) -> list[dict]:
+        """Its compared pairs so far (``contracts.comparisons.Comparison`` as JSON, made by
+        ``session.stats.comparison``): the results' and the TUI's."""
+        return []
+
     def sections(self, out: dict) -> None:
-        """Add this study's results sections to ``out`` (key -> JSON-ready value)."""
+        """Add this study's results sections to ``out`` (key -> JSON-ready value), its
+        ``comparisons`` included."""

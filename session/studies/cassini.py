@@ -40,6 +40,8 @@ class Cassini(Study):
         if self.live:
             out["cassini"] = {"sets": self.live,
                               "score_ranks_gains": cassini.predicted_ranking(self.live)}
-            out.setdefault("comparisons", []).extend(
-                c for name, got in self.samples.items()
-                for c in cassini.comparisons(name, got))
+            out.setdefault("comparisons", []).extend(self.comparisons())
+
+    def comparisons(self) -> list[dict]:
+        return [c for name, got in list(self.samples.items())
+                for c in cassini.comparisons(name, got)]

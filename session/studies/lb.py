@@ -15,6 +15,7 @@ class Lb(Study):
     def __init__(self, session):
         super().__init__(session)
         self.section: dict | None = None
+        self.runner: lb.Runner | None = None
 
     @staticmethod
     def enabled(sc) -> bool:
@@ -34,5 +35,9 @@ class Lb(Study):
     def sections(self, out: dict) -> None:
         if self.section is not None:
             out["lb"] = self.section
-            out.setdefault("comparisons", []).extend(
-                lb.comparisons(self.runner.samples, self.runner.saturated_runs))
+            out.setdefault("comparisons", []).extend(self.comparisons())
+
+    def comparisons(self) -> list[dict]:
+        if self.runner is None:
+            return []
+        return lb.comparisons(dict(self.runner.samples), dict(self.runner.saturated_runs))

@@ -62,11 +62,16 @@ class TwoStep(Study):
         out["two_step"] = two_step.section(s.sc.two_step.job, self.live)
         out["pacer"] = {**s.sc.pacer.model_dump(),
                         "reports": {k: r.model_dump() for k, r in self.reports.items()}}
-        out.setdefault("comparisons", []).extend(
+        out.setdefault("comparisons", []).extend(self.comparisons())
+
+    def comparisons(self) -> list[dict]:
+        """Every pair of ``two_step.COMPARISONS`` that has samples, the seed's ratio beside
+        ours against naive."""
+        return [
             stats.comparison("two_step", arm, base, "completion_s", self.samples,
                              self.saturated, reference=two_step.SEED_RATIOS.get(arm)
                              if base == "naive" else None,
                              reference_source="seed product" if base == "naive"
                              and arm in two_step.SEED_RATIOS else None)
             for arm, base in two_step.COMPARISONS
-            if arm in self.samples and base in self.samples)
+            if arm in self.samples and base in self.samples]

@@ -777,3 +777,20 @@ async def test_vm_table_and_fabric_sort_naturally():
             "vm1", "vm2", "vm9", "vm10", "vm11"]
         row = app.query_one(FabricView).render().plain.splitlines()[0].split()
         assert row == ["vm1", "vm2", "vm9", "vm10", "vm11"]
+
+
+def test_jobs_panel_shows_comparisons_with_interval_and_verdict():
+    """A repeated comparison (``--repeat``) shows under the jobs: ratio of medians, its 95 %
+    interval and the verdict; an unbounded interval reads '?'."""
+    from session import stats
+    from tui.backend import JobView
+    from tui.widgets.jobs import JobsPanel
+    snap = Snapshot(jobs=[JobView("naive", 1.0)], comparisons=[
+        stats.comparison("placement", "aware", "naive", "completion_s",
+                         {"aware": [2.0, 2.1, 1.9], "naive": [4.0, 4.2, 3.9]}),
+        stats.comparison("two_step", "aware_paced", "aware", "completion_s",
+                         {"aware_paced": [2.0], "aware": [2.2]})])
+    text = JobsPanel.render_jobs(snap).plain
+    assert "aware / naive completion_s 0.50 [0.4" in text and "better (n=3)" in text
+    assert "aware_paced / aware completion_s 0.91 [?, ?] no difference (n=1)" in text
+    assert Snapshot.from_dict(snap.to_dict()).comparisons == snap.comparisons

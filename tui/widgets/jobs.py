@@ -23,6 +23,15 @@ def bar(fraction: float, width: int = 12) -> str:
     return "█" * n + "░" * (width - n)
 
 
+def comparison_line(c: dict) -> str:
+    """A comparison in one line: arm / baseline, the ratio of medians, its 95 % interval, the
+    verdict and N, e.g. ``aware / naive completion_s 0.56 [0.47, 0.69] better (n=3)``."""
+    lo, hi = ("?" if x is None else f"{x:.2f}" for x in c["ratio_ci95"])
+    ratio = "-" if c["ratio_median"] is None else f"{c['ratio_median']:.2f}"
+    return (f"{c['arm']} / {c['baseline']} {c['metric']} {ratio} [{lo}, {hi}] "
+            f"{c['verdict'].replace('_', ' ')} (n={c['n']})")
+
+
 class JobsPanel(Static):
     """One line per job of the scenario."""
 
@@ -53,4 +62,7 @@ class JobsPanel(Static):
             if j.error:
                 t.append(f"\n   {j.error[:70]}", "red")
             t.append("\n")
+        for c in snap.comparisons:
+            t.append(comparison_line(c) + "\n",
+                     {"better": "green", "worse": "bold red"}.get(c["verdict"], "dim"))
         return t
