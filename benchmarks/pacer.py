@@ -100,7 +100,7 @@ def main() -> None:
     ap.add_argument("--queues", default="50", help="downlink queue limits, packets")
     ap.add_argument("--rate", type=float, default=5.0,
                     help="VM link rate, Mbit/s (time dilation: T, the hold and the probe period "
-                         "default to the pacer's defaults x 20 / this, README)")
+                         "default to the pacer's defaults x 20 / this)")
     ap.add_argument("--bytes", type=int, default=500_000, help="per sender per round")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threshold-us", type=float, default=None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cli import clean, doctor, exec_, exercise, report, run, schema, tui, up
+from cli import clean, doctor, exec_, exercise, report, run, schema, tui, up, version
 from lab.errors import LabError, NotRootError
 
 COMMANDS = (run, up, exec_, doctor, clean, schema, report, tui, exercise)
@@ -19,6 +19,7 @@ def parser() -> argparse.ArgumentParser:
                     "(cgroups), on a leaf-spine fabric of Linux routers with shaped links.",
         epilog="Most commands need root. Start with 'sudo nslab doctor', then 'sudo nslab run'.")
     p.add_argument("--traceback", action="store_true", help="show the full error traceback")
+    p.add_argument("--version", action="version", version=f"nslab {version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for mod in COMMANDS:
         mod.add_parser(sub)
