@@ -22,7 +22,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def machine() -> dict:
-    """CPU model, cores, kernel release and cgroup version of this machine."""
+    """CPU model, cores, kernel release and cgroup version of this machine, and its load
+    average over the last minute (other work on a shared machine moves timings)."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in open("/proc/cpuinfo"):
@@ -33,7 +34,7 @@ def machine() -> dict:
         pass
     cgroup = "v2" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "v1"
     return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(),
-            "cgroup": cgroup}
+            "cgroup": cgroup, "load1": round(os.getloadavg()[0], 2)}
 
 
 def commit() -> str:

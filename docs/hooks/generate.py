@@ -194,7 +194,8 @@ def benchmark_tables() -> str:
         m = doc["machine"]
         out += [f"### {doc['title']}", "", f"`{doc['command']}`", "",
                 f"{m['cpu']}, {m['cores']} cores, kernel {m['kernel']}, cgroup "
-                f"{m['cgroup']}; commit `{doc['commit']}`; {doc['date']}.", ""]
+                f"{m['cgroup']}, load average {m['load1']} at the end; commit "
+                f"`{doc['commit']}`; {doc['date']}.", ""]
         cols = doc["columns"]
         out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         out += ["| " + " | ".join(str(row.get(c, "")) for c in cols) + " |"
