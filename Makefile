@@ -15,27 +15,25 @@ DEB_CMDS := mnexec:mininet ip:iproute2 tc:iproute2 nft:nftables iperf3:iperf3 \
             gcc:gcc make:make chromium:chromium
 SCENARIO ?= quickstart
 
-.PHONY: setup system-packages vmclock probeio chrony lab test unit integration tui tui-recording \
+.PHONY: setup system-packages native chrony lab test unit integration docs tui tui-recording \
         bench clean
 
-setup: system-packages $(STAMP) vmclock probeio chrony
+setup: system-packages $(STAMP) native chrony
 
-# the VM clock preload every process of a VM runs with (vmclock/vmclock.c)
-vmclock: system-packages
-	@$(MAKE) -s -C vmclock
+# the compiled parts, compiled into nslab's cache (/var/cache/nslab as root) as a lab would at
+# first use (agents/native/__init__.py): the VM clock preload (vmclock/vmclock.c), the agent's
+# datagram path (agents/native/probeio.c, libcrypto for its HMAC tags), the pacer's loop
+native: system-packages $(STAMP)
+	@$(BIN)/python -m lab.native
 
-# the agents' compiled paths: the agent's datagram path (agents/native/probeio.c, libcrypto for
-# its HMAC tags) and the pacer's control loop (agents/native/pacer.c)
-probeio: system-packages
-	@$(MAKE) -s -C agents/native
-
-# Debian's chronyd for the `chrony` scenario, unpacked into build/chrony (not installed: no
-# service starts, nothing touches the machine's clock); skipped when chronyd is installed
-chrony: system-packages
-	@command -v chronyd >/dev/null 2>&1 || test -x build/chrony/usr/sbin/chronyd || { \
-	  mkdir -p build/chrony && cd build && apt-get download -qq chrony 2>/dev/null \
-	    || { apt-get update -qq && apt-get download -qq chrony; } ; \
-	  dpkg-deb -x chrony_*.deb chrony && rm -f chrony_*.deb; }
+# Debian's chronyd for the `chrony` scenario, unpacked into nslab's cache (not installed: no
+# service starts, nothing touches the machine's clock); skipped when chronyd is found
+chrony: system-packages $(STAMP)
+	@$(BIN)/python -c 'import sys; from session import chrony; sys.exit(chrony.find() is None)' \
+	  || { d=$$($(BIN)/python -c 'from session import chrony; print(chrony.unpacked_dir())'); \
+	  mkdir -p $$d && cd $$d && { apt-get download -qq chrony 2>/dev/null \
+	    || { apt-get update -qq && apt-get download -qq chrony; }; } && \
+	  dpkg-deb -x chrony_*.deb . && rm -f chrony_*.deb; }
 
 system-packages:
 	@missing=""; for pair in $(DEB_CMDS); do \
@@ -60,11 +58,15 @@ $(STAMP): pyproject.toml
 lab: setup
 	$(BIN)/nslab run $(SCENARIO)
 
-# unit tests on two workers (pytest-xdist: 2.0 against 4.1 min on 2 cores), then the labs one
-# at a time
-test: setup
+# the docs site (mkdocs.yml, docs/), warnings and broken links failing it; then unit tests on two
+# workers (pytest-xdist: 2.0 against 4.1 min on 2 cores), then the labs one at a time (with the
+# wheel installed in a fresh venv outside the checkout: tests/integration/test_wheel.py)
+test: setup docs
 	$(BIN)/python -m pytest -q -ra -n 2 tests/unit
 	$(BIN)/python -m pytest -q -ra tests/integration
+
+docs: setup
+	$(BIN)/mkdocs build --strict -q -d build/site
 
 unit: setup
 	$(BIN)/python -m pytest -q -ra -n 2 tests/unit
@@ -76,7 +78,7 @@ tui: setup
 	$(BIN)/nslab tui $(SCENARIO)
 
 # the TUI's demo recording, from a real run of its scenario (root, about a minute), and the
-# README's screenshot of its last frame (tests/unit/test_tui_recording.py checks what it holds)
+# README's and the docs' screenshot of its last frame (tests/unit/test_tui_recording.py checks what it holds)
 tui-recording: setup
 	$(BIN)/nslab tui tui/scenarios/tui_demo.yaml --record tui/recordings/tui_demo.json \
 	  --headless 180
@@ -98,5 +100,3 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) *.egg-info build
-	$(MAKE) -s -C vmclock clean
-	$(MAKE) -s -C agents/native clean

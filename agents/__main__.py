@@ -1,7 +1,7 @@
 """``python -m agents``: the agent daemon (one per VM), the coordinator and the pacer.
 
 Exit status: 0 after SIGTERM/SIGINT, 2 for bad arguments, 1 when a socket cannot be opened
-or the agent's compiled datagram path is not built (``make setup``).
+or the agent's compiled datagram path cannot be built (``agents.native``).
 """
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "without echo for T + the longest hold holds its destination the same way "
                     "(--no-fresh: OWD - T only). The gate stays open until the clock "
                     "sync has converged. Probes, gate and hold run in a compiled thread "
-                    "(agents/native/pacer.c, built by make setup). Reports go to the "
+                    "(agents/native/pacer.c, compiled at first use). Reports go to the "
                     "coordinator (CoordinatorState.pacers).",
         epilog="example: python -m agents pacer --name vm1 --bind 10.1.1.2 --ifname vm1-eth0 "
                "--peers vm2=10.1.2.2 --coordinator 10.1.1.2:7700 --api 10.1.1.2:7780 "

@@ -172,7 +172,7 @@ class Agent:
     Raises (from the constructor):
         OSError: the socket cannot be bound or timestamping is not supported.
         ValueError: two VM names hash to the same probe id, or bad settings.
-        agents.probeio.ProbeIOError: the compiled datagram path is not built (``make setup``).
+        agents.probeio.ProbeIOError: the compiled datagram path cannot be built.
     """
 
     def __init__(self, cfg: AgentConfig, clock: Clock | None = None):

@@ -165,7 +165,7 @@ class Pacer:
     """One VM's pacer (see the module doc). ``run(stop)`` until ``stop`` is set.
 
     Raises:
-        agents.pacerio.PacerIOError: the compiled loop is missing (run ``make setup``).
+        agents.pacerio.PacerIOError: the compiled loop cannot be built.
     """
 
     def __init__(self, cfg: PacerConfig, clock: Clock | None = None):

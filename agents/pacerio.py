@@ -1,5 +1,5 @@
-"""The pacer's control loop, compiled: ``libnslabpacer.so`` (``agents/native/pacer.c``, built by
-``make setup``), loaded with ctypes.
+"""The pacer's control loop, compiled: ``libnslabpacer.so`` (``agents/native/pacer.c``, compiled
+at first use into nslab's cache: ``agents.native.PACER``), loaded with ctypes.
 
 Why compiled: On-Ramp's rule is drop-free only when the loop from an echo's arrival to the
 hold is well under a millisecond (``benchmarks/pacer_model.py``), and a Python loop waits for
@@ -21,13 +21,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from agents import native
 from agents.gate import Decision, GateConfig
 
-__all__ = ["LIBRARY", "CGate", "Engine", "PacerIOError", "load"]
+__all__ = ["CGate", "Engine", "PacerIOError", "load"]
 
-NATIVE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native")
-LIBRARY = os.path.join(NATIVE_DIR, "libnslabpacer.so")
-SOURCE = os.path.join(NATIVE_DIR, "pacer.c")
 REASONS = ("clock not synchronized: gate open", "stale sample",
            "held: sample predates the hold", "open after the longest continuous hold",
            "below threshold", "above threshold",
@@ -77,26 +75,22 @@ class Counters(ctypes.Structure):
 
 
 class PacerIOError(RuntimeError):
-    """The compiled control loop is missing, older than its source, or does not load."""
+    """The compiled control loop cannot be built or does not load."""
 
 
 def load() -> ctypes.CDLL:
-    """``libnslabpacer.so``, loaded once.
+    """``libnslabpacer.so``, built at first use (``agents.native.build``) and loaded once.
 
     Raises:
-        PacerIOError: missing, older than ``pacer.c`` or not loadable (run ``make setup``).
+        PacerIOError: it cannot be built (the message names the missing compiler, header or
+            library and its Debian package) or does not load.
     """
     global _lib
     if _lib is None:
-        stale = os.path.exists(LIBRARY) and os.path.exists(SOURCE) and \
-            os.path.getmtime(LIBRARY) < os.path.getmtime(SOURCE)
         try:
-            if stale:
-                raise OSError(f"older than {SOURCE}")
-            lib = ctypes.CDLL(LIBRARY)
-        except OSError as e:
-            raise PacerIOError(f"the pacer's compiled control loop {LIBRARY} cannot be used "
-                               f"({e}): run `make setup`") from e
+            lib = ctypes.CDLL(native.build(native.PACER))
+        except (native.NativeError, OSError) as e:
+            raise PacerIOError(f"the pacer's compiled control loop cannot be used: {e}") from e
         p, i, u32p = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_uint32)
         sigs = {"npc_gate_new": (p, [ctypes.POINTER(_GateCfg), i]),
                 "npc_offset_at_vm": (_f64, [_f64, _f64, _i64, _i64]),

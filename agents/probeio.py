@@ -1,5 +1,5 @@
 """The agent's datagram path, compiled: ``libnslabprobeio.so`` (``agents/native/probeio.c``,
-built by ``make setup``), loaded with ctypes.
+compiled at first use into nslab's cache: ``agents.native.PROBEIO``), loaded with ctypes.
 
 Why compiled: an agent at its default rate should cost at most 1 % of a core, and per-datagram
 Python costs more than the kernel's work (``benchmarks/agent_cost.py`` measures both). So
@@ -20,18 +20,15 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import os
 import socket
 import struct
 from collections.abc import Callable
 
+from agents import native
 from agents.probe import REASONS
 
-__all__ = ["LIBRARY", "ProbeIO", "ProbeIOError", "Record", "load"]
+__all__ = ["ProbeIO", "ProbeIOError", "Record", "load"]
 
-NATIVE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native")
-LIBRARY = os.path.join(NATIVE_DIR, "libnslabprobeio.so")
-SOURCE = os.path.join(NATIVE_DIR, "probeio.c")
 RECORDS = 8192      # records per ``run`` call (it returns early when fewer than 128 are left)
 MAX_ERRNO = 256
 Record = struct.Struct("=iIiiqq")
@@ -54,28 +51,24 @@ class Counters(ctypes.Structure):
 
 
 class ProbeIOError(RuntimeError):
-    """The compiled datagram path is missing, older than its source, or does not load."""
+    """The compiled datagram path cannot be built or does not load."""
 
 
 def load() -> ctypes.CDLL:
-    """``libnslabprobeio.so``, loaded once.
+    """``libnslabprobeio.so``, built at first use (``agents.native.build``) and loaded once.
 
     Raises:
-        ProbeIOError: missing, older than ``probeio.c``, or not loadable; the message says to
-            run ``make setup``.
+        ProbeIOError: it cannot be built (the message names the missing compiler, header or
+            library and its Debian package) or does not load.
     """
     global _lib
     if _lib is not None:
         return _lib
-    if not os.path.exists(LIBRARY):
-        raise ProbeIOError(f"the agent's compiled datagram path {LIBRARY} is missing: run "
-                           "`make setup` (it builds it with gcc and libssl-dev)")
-    if os.path.exists(SOURCE) and os.path.getmtime(LIBRARY) < os.path.getmtime(SOURCE):
-        raise ProbeIOError(f"{LIBRARY} is older than {SOURCE}: run `make setup` to rebuild it")
     try:
-        lib = ctypes.CDLL(LIBRARY)
-    except OSError as e:
-        raise ProbeIOError(f"cannot load {LIBRARY} ({e}): run `make setup`") from e
+        path = native.build(native.PROBEIO)
+        lib = ctypes.CDLL(path)
+    except (native.NativeError, OSError) as e:
+        raise ProbeIOError(f"the agent's compiled datagram path cannot be used: {e}") from e
     lib.nsp_new.restype = ctypes.c_void_p
     lib.nsp_new.argtypes = [ctypes.c_int, ctypes.c_uint32, ctypes.c_int, _u32p, _u32p,
                             ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int,

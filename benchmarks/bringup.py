@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+from record import record
+
 
 def build_case(variant: str, spines: int, leaves: int, vms: int) -> dict:
     from mininet.link import TCLink
@@ -77,6 +79,7 @@ def main() -> None:
         print(json.dumps(build_case(variant, *map(int, size.split("x")))))
         return
     print(f"{'size':8s} {'nodes':>5s} {'variant':8s} {'up s':>7s} {'down s':>7s} {'peak MB':>8s}")
+    rows = []
     for size in args.sizes.split(","):
         s, lf, v = map(int, size.split("x"))
         nodes = s + lf + lf * v
@@ -87,6 +90,9 @@ def main() -> None:
             m = med[variant]
             print(f"{size:8s} {nodes:5d} {variant:8s} {m['up_s']:7.2f} {m['down_s']:7.2f} "
                   f"{m['peak_rss_mb']:8.1f}")
+            rows.append({"size": size, "nodes": nodes, "builder": variant,
+                         "bring-up s": round(m["up_s"], 2), "teardown s": round(m["down_s"], 2),
+                         "peak MB": round(m["peak_rss_mb"], 1)})
         r_up = med["nslab"]["up_s"] / med["mininet"]["up_s"]
         r_down = med["nslab"]["down_s"] / med["mininet"]["down_s"]
         goal = "<= 1" if lf * v >= 256 else "<= 1.25"
@@ -94,6 +100,12 @@ def main() -> None:
               f"teardown {r_down:.2f}")
         if size == "4x8x4":
             print(f"4x8x4 bring-up {med['nslab']['up_s']:.2f} s (goal < 3 s)")
+        rows[-1]["nslab / mininet"] = f"{r_up:.2f} up, {r_down:.2f} down"
+    record("bringup", "Bring-up and teardown: nslab against plain Mininet, same graphs",
+           ["size", "nodes", "builder", "bring-up s", "teardown s", "peak MB",
+            "nslab / mininet"],
+           rows, f"size SPINESxLEAVESxVMS_PER_LEAF; medians of {args.repeat} interleaved runs; "
+           "Mininet with TCLink and Linux routers, no controller or switches.")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from itertools import zip_longest
 from mininet.log import setLogLevel
 
 from contracts.results import validate
-from report.text import fidelity_line
+from contracts.results.lab import fidelity_line
 from session.scenario import load, resolve
 from session.session import Session
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from mininet.log import setLogLevel
 
 from contracts.results import validate
-from report.text import fidelity_line
+from contracts.results.lab import fidelity_line
 from session.lb import PAPER
 from session.scenario import load
 from session.session import Session

@@ -43,10 +43,9 @@ import time
 import psutil
 from mininet.log import setLogLevel
 
-from contracts.results.lab import Fidelity
+from contracts.results.lab import Fidelity, fidelity_line
 from lab import Lab
 from lab.fidelity import FidelitySampler
-from report.text import fidelity_line
 from session.daemons import AgentMesh, AgentsSpec, PacerSpec
 from session.edge import wait_synced
 from session.incast import incast
@@ -101,7 +100,7 @@ def main() -> None:
     ap.add_argument("--queues", default="50", help="downlink queue limits, packets")
     ap.add_argument("--rate", type=float, default=5.0,
                     help="VM link rate, Mbit/s (time dilation: T, the hold and the probe period "
-                         "default to the pacer's defaults x 20 / this, README)")
+                         "default to the pacer's defaults x 20 / this)")
     ap.add_argument("--bytes", type=int, default=500_000, help="per sender per round")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threshold-us", type=float, default=None)

@@ -1,52 +1,62 @@
-"""What every benchmark writes beside its figures: the machine (CPU model, cores, memory,
-kernel, cgroup version, Python) and the commit, and the JSON file itself, so that runs on two
-machines compare (``docs``' tables are made from these files).
+"""What a benchmark leaves behind besides what it prints: its current table as JSON, with the
+machine, the commit and the date, in ``benchmarks/results/NAME.json``. The docs' benchmarks page
+is made from these files (``docs/hooks/generate.py``), one table per benchmark: a rerun
+replaces the table, and history stays in git.
 
-    path = record.write("stories", {"scenario": ..., "comparisons": [...]})
+    from record import record
+    record("vmclock", "A clock read in a VM against the machine's", ["call", "machine ns"],
+           [{"call": "gettimeofday", "machine ns": 21.3}])
 """
 from __future__ import annotations
 
-import datetime as dt
+import datetime
 import json
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results"
-"""Where the benchmarks' JSON files go (one per run)."""
+RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parent.parent
 
 
 def machine() -> dict:
-    """CPU model and cores, memory (GiB), kernel, cgroup version (1 or 2) and Python."""
-    model = next((line.split(":", 1)[1].strip() for line in
-                  Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor())
-    mem_kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
-                   if line.startswith("MemTotal:"))
-    return {"cpu_model": model, "cores": os.cpu_count(), "memory_gib": round(mem_kib / 2**20, 1),
-            "kernel": platform.release(), "python": platform.python_version(),
-            "cgroup": 2 if Path("/sys/fs/cgroup/cgroup.controllers").exists() else 1}
-
-
-def commit() -> str | None:
-    """The checkout's commit (with ``-dirty`` for uncommitted changes), or None outside git."""
+    """CPU model, cores, kernel release and cgroup version of this machine, and its load
+    average over the last minute (other work on a shared machine moves timings)."""
+    cpu = platform.processor() or platform.machine()
     try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"],
-                             cwd=Path(__file__).parent, capture_output=True, text=True,
-                             check=True)
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return out.stdout.strip() or None
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cgroup = "v2" if os.path.exists("/sys/fs/cgroup/cgroup.controllers") else "v1"
+    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(),
+            "cgroup": cgroup, "load1": round(os.getloadavg()[0], 2)}
 
 
-def write(name: str, figures: dict, directory: Path = RESULTS) -> Path:
-    """``figures`` with the machine, the commit and the time, as
-    ``DIRECTORY/NAME-<time>.json``; its path."""
-    directory.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.timezone.utc)
-    doc = {"benchmark": name, "created": now.isoformat(timespec="seconds"),
-           "machine": machine(), "commit": commit(), **figures}
-    path = directory / f"{name}-{now.strftime('%Y%m%dT%H%M%S')}.json"
+def commit() -> str:
+    """This tree's commit, ``+dirty`` when it has uncommitted changes."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True,
+                              text=True).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def record(name: str, title: str, columns: list[str], rows: list[dict],
+           note: str = "", data: dict | None = None) -> Path:
+    """Write ``results/NAME.json``: ``title``, the command that ran, the machine, commit and
+    date, ``columns`` and ``rows`` (dicts keyed by column; numbers as printed), ``note``, and
+    ``data``: what the table was made from, for scripts (e.g. every comparison's samples)."""
+    RESULTS.mkdir(exist_ok=True)
+    doc = {"name": name, "title": title,
+           "command": " ".join(["python", os.path.relpath(sys.argv[0], REPO), *sys.argv[1:]]),
+           "machine": machine(), "commit": commit(),
+           "date": datetime.date.today().isoformat(), "columns": columns, "rows": rows,
+           "note": note, **({"data": data} if data else {})}
+    path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
     return path

@@ -1,7 +1,7 @@
 """The built-in stories' comparisons, repeated: each scenario run with ``repeat`` N (its arms
 interleaved, rotated per round, on one lab), every comparison's ratio of medians with its 95 %
 interval and verdict (``session.stats``), the fidelity flags, the machine and the commit, in
-one JSON file per scenario (``benchmarks/results/stories-*.json``).
+one JSON file per scenario (``benchmarks/results/stories-NAME.json``, its table in the docs).
 
     sudo .venv/bin/python benchmarks/stories.py [quickstart two_step ...] [--repeat 5]
         [--seed N]
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 
-import record  # benchmarks/record.py: run as a script, benchmarks/ is on sys.path
 from mininet.log import setLogLevel
+from record import record  # benchmarks/: on sys.path when run as a script
 
 from contracts.results import validate
-from report.text import fidelity_line
+from contracts.results.lab import fidelity_line
 from session.scenario import load
 from session.session import Session
 
@@ -35,6 +35,22 @@ def run(scenario: str, repeat: int, seed: int | None) -> dict:
             "comparisons": [c.model_dump(mode="json") for c in doc.comparisons or []]}
 
 
+COLUMNS = ["study", "arm", "baseline", "metric", "n", "ratio", "95 % interval", "verdict",
+           "saturated", "reference"]
+
+
+def rows(got: dict) -> list[dict]:
+    """The table's rows: one per comparison."""
+    return [{"study": c["study"], "arm": c["arm"], "baseline": c["baseline"],
+             "metric": c["metric"], "n": c["n"], "ratio": c["ratio_median"],
+             "95 % interval": " - ".join("?" if x is None else f"{x:.3f}"
+                                         for x in c["ratio_ci95"]),
+             "verdict": c["verdict"], "saturated": c["saturated_n"],
+             "reference": "" if c["reference"] is None
+             else f"{c['reference_source']} {c['reference']}"}
+            for c in got["comparisons"]]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("scenarios", nargs="*", default=["quickstart", "two_step"],
@@ -45,15 +61,14 @@ def main() -> None:
     setLogLevel("error")
     for name in args.scenarios:
         got = run(name, args.repeat, args.seed)
-        path = record.write(f"stories-{got['scenario'].rsplit('/', 1)[-1].removesuffix('.yaml')}",
-                            got)
+        short = name.rsplit("/", 1)[-1].removesuffix(".yaml")
+        table = rows(got)
+        path = record(f"stories-{short}", f"{short}: its comparisons over {args.repeat} "
+                      "interleaved rounds (ratio of medians, 95 % interval, verdict)",
+                      COLUMNS, table, note=got["fidelity"]["line"] or "", data=got)
         print(f"{name} (repeat {args.repeat}): {got['fidelity']['line']}")
-        for c in got["comparisons"]:
-            lo, hi = c["ratio_ci95"]
-            print(f"  {c['study']:9s} {c['arm']:>28s} / {c['baseline']:<24s} {c['metric']:16s} "
-                  f"{c['ratio_median']} [{lo}, {hi}] {c['verdict']} "
-                  f"(saturated {c['saturated_n']}/{c['n']})"
-                  + (f"; {c['reference_source']} {c['reference']}" if c['reference'] else ""))
+        for r in table:
+            print("  " + "  ".join(f"{r[c]}" for c in COLUMNS))
         print(f"  written: {path}")
 
 

@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 
+from record import record
+
 from agents.clock import ClockSpec, Oscillator, Segment
 from lab import vmclock
 
@@ -65,11 +67,18 @@ def main() -> None:
                  ("python time.time_ns()", [sys.executable, "-c",
                                             PY.format(n=args.calls // 4)])]
         print(f"{'call':28s} {'machine ns':>11s} {'VM ns':>9s} {'ratio':>7s}")
+        rows = []
         for name, cmd in cases:
             ns = [min(float(subprocess.run(cmd, env=env, capture_output=True, text=True,
                                            check=True).stdout.split()[0]) for _ in range(3))
                   for env in (dict(os.environ), vm_env)]
             print(f"{name:28s} {ns[0]:11.1f} {ns[1]:9.1f} {ns[1] / ns[0]:7.2f}")
+            rows.append({"call": name, "machine ns": round(ns[0], 1), "VM ns": round(ns[1], 1),
+                         "VM / machine": round(ns[1] / ns[0], 2)})
+        record("vmclock", "A clock read in a VM (the preload) against the machine's",
+               ["call", "machine ns", "VM ns", "VM / machine"], rows,
+               f"ns per call, the best of 3 runs of {args.calls:,} calls "
+               f"({args.calls // 4:,} for Python).")
 
 
 if __name__ == "__main__":

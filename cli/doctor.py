@@ -3,10 +3,15 @@ what brings it; it says what its probe creates and that it removed it."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 
+import cli
+from cli import version
+from lab import native
 from lab.capabilities import (
     QDISCS,
+    Capability,
     as_json,
     probe,
     probe_left,
@@ -22,8 +27,11 @@ def add_parser(sub) -> None:
                        description="Probe root, the qdiscs "
                                    f"{', '.join(QDISCS)}, nftables, packet marks, policy "
                                    "routing, cgroups (v1 or v2), multipath hashing, mnexec, "
-                                   "iperf3, tcpdump and chronyd; say what each missing one "
-                                   "disables and the command or package that brings it. The "
+                                   "iperf3, tcpdump and chronyd, and build the compiled parts "
+                                   "(the VM clock preload, the agents' datagram path, the "
+                                   "pacer's loop) into nslab's cache; say where each piece "
+                                   "came from, what each missing one disables and the command "
+                                   "or package that brings it. The "
                                    "probe creates a namespace nslab-probe-PID with a veth pair "
                                    "in it and removes it; both are printed. Exit 0 when a lab "
                                    "can be built.")
@@ -37,7 +45,8 @@ def main(args) -> int:
     require_root()
     say = (lambda text: print(text, file=sys.stderr)) if args.json else print
     say(f"nslab doctor: {probe_plan()}")
-    caps = {**probe(), "chronyd": chrony.capability()}
+    caps = {"nslab": installed(), **probe(), **native.capabilities(),
+            "chronyd": chrony.capability()}
     if probe_left():
         say(f"nslab doctor: {probe_namespace()} is still there: "
             f"ip netns delete {probe_namespace()}")
@@ -50,4 +59,11 @@ def main(args) -> int:
             print(f"{'ok  ' if c.ok else 'MISS'} {c.name:20s} {c.detail}")
             if not c.ok:
                 print(f"     {'':20s} disables: {c.disables}\n     {'':20s} fix: {c.fix}")
-    return 0 if caps["mnexec"].ok and caps["cgroups"].ok else 1
+    return 0 if caps["mnexec"].ok and caps["cgroups"].ok and caps["vmclock"].ok else 1
+
+
+def installed() -> Capability:
+    """The nslab package itself: its version and where it is imported from (a checkout's
+    editable install or a virtual environment's site-packages)."""
+    where = os.path.dirname(os.path.dirname(os.path.abspath(cli.__file__)))
+    return Capability("nslab", True, f"{version()} from {where}", "everything")

@@ -18,7 +18,7 @@ def add_parser(sub) -> None:
                     "chooses, e.g., which VMs share a host or which link is congested), "
                     "shows the student what they can measure, and checks their answer "
                     "file against the truth. NAME is a built-in exercise "
-                    f"({', '.join(names())}) or an exercise YAML file (README: Exercises). "
+                    f"({', '.join(names())}) or an exercise YAML file (the docs: Exercises). "
                     "The same from the TUI: ctrl+p, 'Exercise'.",
         epilog="Example: sudo nslab exercise start colocated; write answer.yaml as it "
                "says; nslab exercise check colocated answer.yaml (exit 0: right, 1: wrong).")

@@ -8,6 +8,7 @@ import argparse
 import importlib
 import sys
 
+from cli import version
 from lab.errors import LabError, NotRootError
 
 COMMANDS = {"run": "cli.run", "up": "cli.up", "exec": "cli.exec_", "doctor": "cli.doctor",
@@ -25,6 +26,7 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
                     "(cgroups), on a leaf-spine fabric of Linux routers with shaped links.",
         epilog="Most commands need root. Start with 'sudo nslab doctor', then 'sudo nslab run'.")
     p.add_argument("--traceback", action="store_true", help="show the full error traceback")
+    p.add_argument("--version", action="version", version=f"nslab {version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in COMMANDS.items():
         if only in (None, name):

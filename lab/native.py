@@ -1,31 +1,57 @@
-"""The lab's compiled helpers, built on first use when missing or older than their source
-(``make setup`` builds them ahead): the VM clock preload (``vmclock/``) and the agents'
-datagram path (``agents/native/``), which the lab installs in its VMs as a provisioning
-step would on real ones."""
+"""Every compiled part a lab uses, compiled at first use into nslab's cache (``agents.native``
+says how and why): the VM clock preload (``lab.vmclock.PRELOAD``) and the agents' parts
+(``agents.native.NATIVES``), which the lab installs in its VMs as a provisioning step would on
+real ones. ``python -m lab.native`` builds them all ahead (``make setup`` does)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import threading
+import sys
 
+from agents.native import NATIVES, Native, NativeError, build, built
+from lab.capabilities import Capability
 from lab.errors import LabError
+from lab.vmclock import PRELOAD
 
-_lock = threading.Lock()
+PARTS: tuple[Native, ...] = (PRELOAD, *NATIVES)
 
 
-def make(source_dir: str, library: str, source: str, what: str) -> str:
-    """``library``, built with ``make -C source_dir`` when missing or older than ``source``.
+def ensure(part: Native) -> str:
+    """``part``'s path, built first when missing.
 
     Raises:
-        LabError: the build failed (no gcc/make or a header: run ``make setup``).
+        LabError: it cannot be built (the message names what is missing and its package).
     """
-    with _lock:
-        if not os.path.exists(library) or os.path.getmtime(library) < os.path.getmtime(source):
-            try:
-                subprocess.run(["make", "-s", "-C", source_dir], check=True,
-                               capture_output=True, text=True)
-            except (OSError, subprocess.CalledProcessError) as e:
-                detail = getattr(e, "stderr", "") or str(e)
-                raise LabError(f"building {what} failed ({detail.strip()}); run `make setup` "
-                               "(it installs gcc, make and the headers)") from e
-    return library
+    try:
+        return build(part)
+    except NativeError as e:
+        raise LabError(str(e)) from e
+
+
+def capabilities() -> dict[str, Capability]:
+    """Each part as ``nslab doctor`` reports it, built when missing: its path and whether it
+    was in the cache or compiled now, or why it cannot be built and what brings the missing
+    piece."""
+    caps = {}
+    for part in PARTS:
+        there = built(part)
+        try:
+            path = build(part)
+        except NativeError as e:
+            caps[part.name] = Capability(part.name, False, str(e), part.needed_by,
+                                         e.fix or "see the compiler's message")
+            continue
+        how = "cached" if there else "compiled now"
+        caps[part.name] = Capability(part.name, True, f"{path} ({how} from "
+                                     f"{part.source_dir()})", part.needed_by)
+    return caps
+
+
+def main() -> int:
+    """Build every part; print each with its path; exit 1 when one failed."""
+    caps = capabilities()
+    for c in caps.values():
+        print(f"{c.name}: {c.detail}", file=sys.stdout if c.ok else sys.stderr)
+    return 0 if all(c.ok for c in caps.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,5 +1,6 @@
 """What the lab does to every process it starts in a VM so that it lives on the VM clock and
-cannot touch the machine's: preload ``vmclock`` (built from ``vmclock/vmclock.c``), drop the
+cannot touch the machine's: preload ``vmclock`` (compiled at first use from ``vmclock/vmclock.c``
+into nslab's cache, ``agents.native``), drop the
 capabilities a VM has no use for, and tell which programs bypass the preload.
 
 Capabilities dropped (from the bounding, effective, permitted, inheritable and ambient sets,
@@ -18,13 +19,13 @@ of root's set (files of the lab's state directory, cgroup membership).
 from __future__ import annotations
 
 import ctypes
-import os
 
-from lab import native
+from agents.native import Native, NativeError, build
+from lab.errors import LabError
 
-SOURCE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "vmclock")
-LIBRARY = os.path.join(SOURCE_DIR, "libnslabclock.so")
+PRELOAD = Native("vmclock", "the VM clock preload", "every lab (the VMs' clocks)", "vmclock",
+                 ("vmclock.c",), "libnslabclock.so", flags=(*Native.flags, "-Wno-nonnull-compare"),
+                 libs=("-ldl", "-lm", "-lpthread"))
 # linux/capability.h
 DROPPED_CAPS = {"CAP_SYS_MODULE": 16, "CAP_SYS_RAWIO": 17, "CAP_SYS_BOOT": 22,
                 "CAP_SYS_TIME": 25, "CAP_WAKE_ALARM": 35}
@@ -34,13 +35,16 @@ _CAP_VERSION_3 = 0x20080522
 
 
 def library() -> str:
-    """The preload's path, built (``make -C vmclock``) when missing or older than its source.
+    """The preload's path in nslab's cache, compiled at first use (``agents.native.build``).
 
     Raises:
-        LabError: the build failed (no gcc/make: run ``make setup``).
+        LabError: it cannot be built (the message names the missing compiler or header and its
+            Debian package).
     """
-    return native.make(SOURCE_DIR, LIBRARY, os.path.join(SOURCE_DIR, "vmclock.c"),
-                       "the VM clock preload")
+    try:
+        return build(PRELOAD)
+    except NativeError as e:
+        raise LabError(str(e)) from e
 
 
 def preload_env(env: dict) -> dict:

@@ -1,5 +1,4 @@
-"""The pytest plugin of nslab (entry point ``pytest11``: ``nslab``; README "Testing your own
-agents").
+"""The pytest plugin of nslab (entry point ``pytest11``: ``nslab``; docs/pytest-plugin.md).
 
 * ``nslab_lab(topo_or_scenario, **options)``: a factory fixture; each call builds and starts a
   lab (``lab.Lab``) from a Mininet ``Topo`` or a scenario (YAML file or built-in name) and

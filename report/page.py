@@ -15,8 +15,8 @@ from plotly.offline import get_plotlyjs
 
 from contracts.results import Results, validate
 from contracts.results.agents import Stats
+from contracts.results.lab import fidelity_line
 from report import figures as F
-from report.text import fidelity_line
 from report.text import report as text_report
 
 CSS = """

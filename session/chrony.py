@@ -22,15 +22,30 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agents.native import cache_dir
 from lab.capabilities import Capability
 from lab.errors import LabError
 from lab.names import state_dir
 from lab.wait import wait_until
 from session.scoring import _stats
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# `make setup` unpacks Debian's chrony here when it is not installed (no service is started)
-LOCAL_CHRONYD = os.path.join(REPO, "build", "chrony", "usr", "sbin", "chronyd")
+# a checkout's older place for Debian's unpacked chrony (`make setup` before the cache)
+REPO_CHRONYD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "build", "chrony", "usr", "sbin", "chronyd")
+
+
+def unpacked_dir() -> str:
+    """Where Debian's chrony package is unpacked when chronyd is not installed (``make setup``
+    does it): ``<nslab's cache>/chrony`` (``agents.native.cache_dir``). Unpacked, not
+    installed: no service starts, nothing steers the machine's clock."""
+    return os.path.join(cache_dir(), "chrony")
+
+
+def unpack_command() -> str:
+    """The shell command that unpacks Debian's chrony into ``unpacked_dir()``."""
+    d = unpacked_dir()
+    return (f"mkdir -p {d} && cd {d} && apt-get download chrony && dpkg-deb -x chrony_*.deb . "
+            "&& rm chrony_*.deb")
 
 
 class ChronySpec(BaseModel):
@@ -48,27 +63,47 @@ class ChronySpec(BaseModel):
                                                          "convergence, us")
 
 
+def candidates() -> list[tuple[str, str]]:
+    """``(path, where)`` of the places chronyd is looked for, in order: PATH (also
+    ``/usr/sbin``, which a user's PATH may lack), the unpacked package in nslab's cache, a
+    checkout's ``build/chrony``."""
+    found = shutil.which("chronyd", path=os.pathsep.join([os.environ.get("PATH", ""),
+                                                           "/usr/sbin", "/sbin"]))
+    return [(found or "chronyd", "PATH"),
+            (os.path.join(unpacked_dir(), "usr", "sbin", "chronyd"), "nslab's cache"),
+            (REPO_CHRONYD, "the checkout's build/chrony")]
+
+
+def find() -> tuple[str, str] | None:
+    """``(path, where it came from)`` of chronyd, or None."""
+    for path, where in candidates():
+        if os.path.isabs(path) and os.access(path, os.X_OK):
+            return path, where
+    return None
+
+
 def chronyd() -> str:
     """Path of chronyd.
 
     Raises:
-        LabError: no chronyd (run ``make setup``).
+        LabError: no chronyd; the message gives the command that unpacks Debian's.
     """
-    for path in (shutil.which("chronyd"), LOCAL_CHRONYD):
-        if path and os.access(path, os.X_OK):
-            return path
-    raise LabError("chronyd not found: run `make setup` (it unpacks Debian's chrony)")
+    found = find()
+    if found is None:
+        raise LabError(f"chronyd not found (in PATH nor in {unpacked_dir()}): "
+                       f"{unpack_command()} (`make setup` does)")
+    return found[0]
 
 
 def capability() -> Capability:
     """chronyd, as ``nslab doctor`` reports it (the ``chrony:`` section needs it)."""
-    try:
-        return Capability("chronyd", True, chronyd(), "the chrony scenario")
-    except LabError:
-        return Capability("chronyd", False, f"not in PATH nor at {LOCAL_CHRONYD}",
-                          "the chrony scenario", "make setup (it unpacks Debian's chrony into "
-                          "build/chrony; installing the chrony package would start a service "
-                          "that steers this machine's clock)")
+    found = find()
+    if found:
+        return Capability("chronyd", True, f"{found[0]} (from {found[1]})", "the chrony scenario")
+    return Capability("chronyd", False, f"not in PATH nor at {candidates()[1][0]}",
+                      "the chrony scenario", f"{unpack_command()} (`make setup` does; installing "
+                      "the chrony package would start a service that steers this machine's "
+                      "clock)")
 
 
 def config(directory: str, server_ip: str | None, poll: int) -> str:

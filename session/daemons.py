@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agents import pacerio, probeio
 from agents.coordinator import DRIFT_WINDOWS
+from agents.native import PACER, PROBEIO
 from agents.probe import HEADER_LEN, TAG_LEN
 from contracts.messages import CoordinatorState
 from lab import native
@@ -140,8 +140,7 @@ class AgentMesh:
 
         Raises:
             LabError: the agents' compiled datagram path cannot be built."""
-        native.make(probeio.NATIVE_DIR, probeio.LIBRARY, probeio.SOURCE,
-                    "the agents' datagram path")
+        native.ensure(PROBEIO)  # before the VMs' agents start: none of them compiles it
         vms = self.lab.vms
         name = self.cfg.coordinator or vms[0].name
         self.coordinator = self.lab[name]
@@ -172,7 +171,7 @@ class AgentMesh:
 
         Raises:
             LabError: the pacer's compiled loop cannot be built."""
-        native.make(pacerio.NATIVE_DIR, pacerio.LIBRARY, pacerio.SOURCE, "the pacer's loop")
+        native.ensure(PACER)
         clocks = self.lab.clocks.specs
         started = {vm.name: clocks[vm.name].to_vm_ns(time.time_ns()) for vm in vms}
         cip = self.coordinator.IP()

@@ -26,8 +26,7 @@ from mininet.topo import Topo
 from pydantic import BaseModel, ConfigDict, Field
 
 from agents.owd import natural_key
-from contracts.results.lab import Fidelity
-from report.text import fidelity_line
+from contracts.results.lab import Fidelity, fidelity_line
 from session.daemons import PacerSpec
 from session.scoring import truth_groups
 
@@ -396,8 +395,7 @@ class Pacer(Kind):
     at all). Best of two by default: on the built-in exercise's Gather (4 senders, 5 Mbit/s,
     50-packet queues, 0.3 s of accelerator compute before each Gather) the pacer's own rules
     dropped nothing in 15 of 17 single paced runs but 3-16 packets in the others, so that
-    exercise asks for 0.95; On-Ramp's as published dropped about as much as unpaced every time
-    (README: Exercises)."""
+    exercise asks for 0.95; On-Ramp's as published dropped about as much as unpaced every time."""
 
     Answer = PacerSpec
     Params = PacerParams

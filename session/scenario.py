@@ -7,7 +7,8 @@ at once, each with its field path, file and line, in plain words
 ``session.crosscheck`` checks the sections against each other, ``session.topology`` builds the
 Topo. Built-in scenarios
 live in ``session/scenarios/*.yaml``; ``quickstart`` is the default. The field reference is
-``Scenario``'s JSON schema (``nslab schema``) and the README.
+``Scenario``'s JSON schema (``nslab schema scenario``), from which the docs' scenario reference
+is generated.
 """
 from __future__ import annotations
 

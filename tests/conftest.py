@@ -8,11 +8,10 @@ pytest_plugins = ["pytester"]
 
 
 @pytest.fixture(scope="session", autouse=True)
-def agents_datagram_path() -> None:
-    """Build the agents' compiled datagram path and the pacer's loop when missing or stale, as
-    the lab does before it starts them (``make setup`` builds them ahead): tests start agents
-    themselves."""
-    from agents import pacerio, probeio
+def compiled_parts() -> None:
+    """Build the compiled parts (``lab.native.PARTS``) into the cache once, before tests start
+    agents and pacers themselves, as the lab does before it starts them: not one build per
+    xdist worker racing for the lock."""
     from lab import native
-    native.make(probeio.NATIVE_DIR, probeio.LIBRARY, probeio.SOURCE, "the agents' datagram path")
-    native.make(pacerio.NATIVE_DIR, pacerio.LIBRARY, pacerio.SOURCE, "the pacer's loop")
+    for part in native.PARTS:
+        native.ensure(part)

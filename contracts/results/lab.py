@@ -154,3 +154,28 @@ class Teardown(Model):
     clean: bool = Field(description="nothing of the lab was left")
     leftovers: list[str] = Field(description="kernel objects or processes left")
     seconds: float = Field(description="teardown time, s")
+
+
+def fidelity_line(fid: Fidelity) -> str:
+    """The fidelity section in one line: saturated or not, which cores were (busy >= 90 % in
+    >= 25 % of the samples, with their softirq share), which link directions the CPU
+    probably limited, e.g. ``fidelity: SATURATED - cpu1 busy >= 90% for 62% of the run
+    (softirq p50 41%); links probably CPU-limited: leaf1->spine1 (sent 55% of its rate while
+    queued); distrust timings``. Needs a section with samples (``cpu_busy`` set)."""
+    hot = [f"cpu{c.cpu} busy >= 90% for {c.hot_share:.0%} of the run (softirq p50 "
+           f"{c.softirq.p50:.0%})" for c in fid.cores or [] if c.saturated]
+    parts = [f"CPU busy p50 {fid.cpu_busy.p50:.0%} max {fid.cpu_busy.max:.0%}, softirq max "
+             f"{fid.softirq.max:.0%}"]
+    if fid.cores is not None:
+        parts = [", ".join(hot)] if hot and fid.saturated else parts + [
+            ", ".join(hot) if hot else "no core saturated"]
+    if fid.queues is not None:
+        limited = [f"{q.link} (sent {q.rate_ratio.p50:.0%} of its rate while queued)"
+                   for q in fid.queues if q.cpu_limited]
+        parts.append("links probably CPU-limited: " + ", ".join(limited) if limited
+                     else "no link queue limited by the CPU")
+    if fid.queues_error:
+        parts.append(f"link queues not read: {fid.queues_error}")
+    if fid.saturated:
+        return f"fidelity: SATURATED - {'; '.join(parts)}; distrust timings"
+    return f"fidelity: ok - {'; '.join(parts)}"

@@ -57,7 +57,7 @@ def test_pacer_start_then_check(tmp_path):
     and twice paced: the answer it starts from (On-Ramp's rule as published) fails, the pacer's
     own rules pass: the better paced run drops at least 95 % fewer packets than the unpaced one
     (measured: none in 15 of 17 single paced runs, then 3 and 8 of 457 in both of a fresh-clone
-    run's; README: Exercises), judged unless the check's lab ran saturated."""
+    run's; docs/exercises.md), judged unless the check's lab ran saturated."""
     ex = exercise.load_exercise("pacer")
     record = exercise.start(ex, 1, tmp_path, lab_name="exc_pacer")
     assert record["observations"]["jobs"]["incast"]["fabric_drops"] > 0, record["observations"]

@@ -1,15 +1,16 @@
 """The pytest plugin (``nslab_pytest``) as its users run it: test files outside the package, in
 a pytester directory, run by pytest subprocesses that load the plugin through its entry point
-and build real labs: the README's example, a failing test that keeps its logs and pcap (read
-back with scapy and with the Wireshark dissector), xdist workers side by side, and Ctrl-C."""
+and build real labs: the docs' example (docs/pytest-plugin.md), a failing test that keeps its
+logs and pcap (read back with scapy and with the Wireshark dissector), xdist workers side by
+side, and Ctrl-C."""
 import json
-import re
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import examples
 from scapy.all import UDP, bind_layers, rdpcap
 
 from agents.probe import NslabProbe, node_id
@@ -17,18 +18,8 @@ from lab.capabilities import probe
 from lab.lab import alive, lab_netns
 from lab.names import check_lab_name
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 LUA = Path(__file__).resolve().parents[2] / "tools" / "wireshark" / "nslab_probe.lua"
 AGENT_PORT = 7701
-
-
-def readme_example() -> dict[str, str]:
-    """The README's plugin example: ``{file name: source}`` from the section's python blocks,
-    each opening with ``# <file name>``."""
-    text = README.read_text()
-    section = text.split("## Testing your own agents (pytest plugin)")[1].split("\n## ")[0]
-    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    return {re.match(r"# (\S+\.py)", b).group(1).rstrip(":"): b for b in blocks}
 
 
 FAILING = """
@@ -72,7 +63,7 @@ def probes(pcap: Path) -> list:
 
 
 def test_users_tests_run_fail_and_keep_their_labs(pytester):
-    for name, source in readme_example().items():
+    for name, source in examples.files("pytest-plugin.md").items():
         pytester.path.joinpath(name).write_text(source)
     pytester.makepyfile(test_fails=FAILING, test_needs=NEEDS_NETEM)
     pytester.path.joinpath("tiny.yaml").write_text(TINY)

@@ -168,7 +168,7 @@ def test_pacer_check_scenario_runs_both_with_the_answer(tmp_path):
                                                     ("paced_2", "pace")]
     assert all(j.placement == ["vm5", "vm1", "vm2", "vm3", "vm4"] for j in sc.jobs)
     assert (sc.pacer.threshold_us, sc.pacer.max_hold_us) == (250, 3000)
-    # the lab where the pacer's rules drop nothing in most runs (README: Exercises): 95 %
+    # the lab where the pacer's rules drop nothing in most runs (docs/exercises.md): 95 %
     # fewer drops in the better of two paced runs, the Gather after 0.3 s of compute, 50 packets
     assert (ex.parsed_params.min_cut, ex.parsed_params.paced_runs) == (0.95, 2)
     assert all(j.gpu_s == 0.3 for j in sc.jobs) and sc.topology.host_queue == 50
@@ -371,9 +371,9 @@ def test_malformed_exercise_file(tmp_path):
         exercise.load_exercise("nosuch")
 
 
-def test_readme_example_exercise_loads(tmp_path):
-    readme = (exercise.EXERCISE_DIR.parents[1] / "README.md").read_text()
-    block = readme.split("```yaml\nname: colocated_big")[1].split("```")[0]
+def test_the_docs_example_exercise_loads(tmp_path):
+    page = (exercise.EXERCISE_DIR.parents[1] / "docs" / "exercises.md").read_text()
+    block = page.split("```yaml\nname: colocated_big")[1].split("```")[0]
     path = tmp_path / "colocated_big.yaml"
     path.write_text("name: colocated_big" + block)
     ex = exercise.load_exercise(str(path))

@@ -5,9 +5,9 @@ stamps of the previous pair; every burst sends a pair to each active peer and to
 a random order; the records it emits have the right peer, pair, index and stamps and are
 packed for reports peer by peer as the wire contract says; its validation counts exactly what
 ``ProbeFilter`` counts, reason by reason."""
-import os
 import socket
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -239,16 +239,13 @@ def test_validation_counts_what_probefilter_counts():
         sock.close()
 
 
-def test_missing_or_stale_library_names_make_setup(tmp_path, monkeypatch):
-    from agents import probeio
+def test_an_agent_that_cannot_build_its_datagram_path_names_the_package(tmp_path, monkeypatch):
+    from agents import native, probeio
     from agents.agent import Agent, AgentConfig
 
     monkeypatch.setattr(probeio, "_lib", None)
-    monkeypatch.setattr(probeio, "LIBRARY", str(tmp_path / "libnslabprobeio.so"))
+    monkeypatch.setenv("NSLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(native, "PROBEIO", replace(native.PROBEIO, compiler="nslab-no-cc"))
     cfg = AgentConfig(name="vm1", bind=A, peers={"vm2": B}, coordinator=(A, 9), port=0)
-    with pytest.raises(probeio.ProbeIOError, match="missing: run `make setup`"):
+    with pytest.raises(probeio.ProbeIOError, match="compiler nslab-no-cc, which is not in PATH"):
         Agent(cfg)
-    (tmp_path / "libnslabprobeio.so").write_bytes(b"")
-    os.utime(tmp_path / "libnslabprobeio.so", (0, 0))
-    with pytest.raises(probeio.ProbeIOError, match="older than .*run `make setup`"):
-        probeio.load()

@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from contracts import results as R
-from contracts.results.lab import Fidelity
+from contracts.results.lab import Fidelity, fidelity_line
 from contracts.studies.two_step import PacerSection
 from lab.capabilities import Capability as ProbedCapability
 from report import text as T
@@ -329,14 +329,14 @@ def _fidelity(saturated, hot=(), limited=(), **kw) -> Fidelity:
 
 
 def test_fidelity_line_says_where_in_one_line():
-    assert T.fidelity_line(_fidelity(True, hot=[1], limited=["leaf1->spine1"])) == (
+    assert fidelity_line(_fidelity(True, hot=[1], limited=["leaf1->spine1"])) == (
         "fidelity: SATURATED - cpu1 busy >= 90% for 62% of the run (softirq p50 41%); "
         "links probably CPU-limited: leaf1->spine1 (sent 55% of its rate while queued); "
         "distrust timings")
-    assert T.fidelity_line(_fidelity(False, hot=[0])) == (
+    assert fidelity_line(_fidelity(False, hot=[0])) == (
         "fidelity: ok - CPU busy p50 50% max 100%, softirq max 100%; cpu0 busy >= 90% for "
         "62% of the run (softirq p50 41%); no link queue limited by the CPU")
-    assert T.fidelity_line(_fidelity(False, queues=None, queues_error="OSError: gone")) == (
+    assert fidelity_line(_fidelity(False, queues=None, queues_error="OSError: gone")) == (
         "fidelity: ok - CPU busy p50 50% max 100%, softirq max 100%; no core saturated; "
         "link queues not read: OSError: gone")
 

@@ -338,7 +338,7 @@ async def test_invalid_fault_values_are_refused_readably():
         assert app.is_running and not backend.injected
 
 
-# The keys that inject a fault (README "TUI"); every other key must not inject.
+# The keys that inject a fault (docs/tui.md); every other key must not inject.
 FAULT_KEYS = ("d", "u", "f", "l", "r", "h", "p", "c", "m")
 NOT_PRESSED = ("q", "ctrl+c", "x", "o")  # quit, stop and restart end the run under test
 
