@@ -19,7 +19,7 @@ Pipeline for each window k (``window_s`` long on the reference VM's clock; centr
    0.55 ppm; centred slopes of 3, 5 and 7 windows' offsets by p99 0.11, 0.057 and
    0.033 ppm (the offsets' noise spread over 4, 8 and 12 s instead of the envelope's over
    2 s). Measured again side by side (``benchmarks/sync.py --cases idle --seconds 40
-   --drift-windows 5,7,5,7``, issue 14): 5 windows p99 0.023 / 0.025 ppm, 7 windows 0.040 /
+   --drift-windows 5,7,5,7``): 5 windows p99 0.023 / 0.025 ppm, 7 windows 0.040 /
    0.049 ppm: over 14 s the host's wander (periods of 20 s and more) bends the slope more
    than the longer span averages out, so 5 stays the default. Collocation
    keeps the windows' own slopes: independent samples, as its statistics assume. The

@@ -1,7 +1,7 @@
 """The pacer's control loop, compiled: ``libnslabpacer.so`` (``agents/native/pacer.c``, compiled
 at first use into nslab's cache: ``agents.native.PACER``), loaded with ctypes.
 
-Why compiled (issue 10): On-Ramp's rule is drop-free only when the loop from an echo's arrival
+Why compiled: On-Ramp's rule is drop-free only when the loop from an echo's arrival
 to the hold is well under a millisecond (``benchmarks/pacer_model.py``), and the Python loop
 took 2 ms (median) to 19 ms (p99) to see an echo and 4 ms (median) to 450 ms (p99) to switch
 the hold through pyroute2 under a 4-sender incast on 2 saturated cores: its tc calls build

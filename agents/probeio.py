@@ -1,7 +1,7 @@
 """The agent's datagram path, compiled: ``libnslabprobeio.so`` (``agents/native/probeio.c``,
 compiled at first use into nslab's cache: ``agents.native.PROBEIO``), loaded with ctypes.
 
-Why compiled (issue 14: an agent at its default rate, 20 pairs/s to each of 7 peers, at most
+Why compiled (the goal: an agent at its default rate, 20 pairs/s to each of 7 peers, at most
 1 % of a core): the Python agent cost 2-3 % of a core, and most of it was per-datagram
 Python, not the kernel: the same system calls without any logic cost 1.7-2.7 % from Python,
 0.6 % from C and 0.5 % from C with one ``sendmmsg``/``recvmmsg`` per queue and tick
