@@ -97,6 +97,8 @@ bench: setup
 	$(BIN)/python benchmarks/pacer.py
 	$(BIN)/python benchmarks/pacer_model.py
 	$(BIN)/python benchmarks/lb.py
+	$(BIN)/python benchmarks/soak.py
+	$(BIN)/python benchmarks/fuzz.py
 
 clean:
 	rm -rf $(VENV) *.egg-info build

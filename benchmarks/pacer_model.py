@@ -27,6 +27,8 @@ import argparse
 import random
 from dataclasses import dataclass, replace
 
+from record import record
+
 from agents.gate import Gate, GateConfig
 
 PKT = 1500  # bytes
@@ -106,6 +108,7 @@ def main() -> None:
         (args.threshold_us, 500.0), (args.max_hold_us, 5000.0), (args.probe_us, 500.0)))
     print(f"{'senders':>7s} {'queue':>5s} {'react ms':>8s} {'rule':>7s} {'drops':>6s} "
           f"{'util':>5s} {'qmax':>5s}")
+    rows = []
     for react in (float(x) for x in args.react_ms.split(",")):
         for q in (int(x) for x in args.queues.split(",")):
             m = Incast(senders=args.senders, buffer_pkts=q, react_ns=react * 1e6,
@@ -115,6 +118,13 @@ def main() -> None:
                                                              predict=predict))
                 print(f"{args.senders:7d} {q:5d} {react:8.1f} {rule:>7s} {d:6.0f} {u:5.2f} "
                       f"{qmax:5.1f}", flush=True)
+                rows.append({"senders": args.senders, "queue": q, "react ms": react,
+                             "rule": rule, "drops": round(d), "utilization": round(u, 2),
+                             "queue max": round(qmax, 1)})
+    record("pacer_model", "The pacer's gate in a fluid incast model", list(rows[0]), rows,
+           f"{args.senders} senders into one {args.rate_mbit:g} Mbit/s bottleneck; T "
+           f"{t_us:g} us, holds up to {hold_us:g} us, probes every {probe_us:g} us; onramp: "
+           "On-Ramp's rule as published, predict: with lag compensation (agents/gate.py).")
 
 
 if __name__ == "__main__":

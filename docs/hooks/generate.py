@@ -109,10 +109,18 @@ def model_table(model: dict, defs: dict) -> str:
     required = set(model.get("required", []))
     rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
     for name, prop in model.get("properties", {}).items():
-        default = "required" if name in required else (
-            f"`{short(prop['default'])}`" if "default" in prop else "")
+        if name in required:
+            default = "required"
+        elif "default" not in prop:
+            default = ""
+        elif isinstance(prop["default"], dict) and prop["default"] and "$ref" in prop:
+            default = "its fields' defaults"
+        else:
+            default = f"`{short(prop['default'])}`"
+        meaning = prop.get("description") or defs.get(
+            prop.get("$ref", "").rsplit("/", 1)[-1], {}).get("description", "")
         rows.append(f"| `{name}` | {type_of(prop, defs)} | {default} | "
-                    f"{clean(prop.get('description', ''))} |")
+                    f"{clean(meaning.split(chr(10) + chr(10))[0])} |")
     return "\n".join(rows)
 
 
