@@ -33,7 +33,7 @@ from pathlib import Path
 from record import record
 from scapy.packet import fuzz
 
-from agents.messages import CoordinatorState
+from contracts.messages import CoordinatorState
 from agents.probe import NslabProbe, Probe, encode, node_id
 
 REPO = Path(__file__).resolve().parent.parent
