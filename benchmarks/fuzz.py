@@ -33,8 +33,8 @@ from pathlib import Path
 from record import record
 from scapy.packet import fuzz
 
-from contracts.messages import CoordinatorState
 from agents.probe import NslabProbe, Probe, encode, node_id
+from contracts.messages import CoordinatorState
 
 REPO = Path(__file__).resolve().parent.parent
 IPS = {"vm1": "127.0.0.1", "vm2": "127.0.0.2", "vm3": "127.0.0.3"}
