@@ -46,6 +46,8 @@ CongestionControl = Literal["cubic", "bbr", "reno"]
 """TCP congestion control set on a job's connections (``TCP_CONGESTION``, tcp(7))."""
 HostBalancer = Literal["none", "ethereal", "reps"]
 """The balancer inside a job's transport (``workloads.lb``)."""
+ComputeKind = Literal["accelerator", "cpu", "both", "none"]
+"""What a job's ranks compute every iteration (``workloads.config.JobConfig.compute``)."""
 
 Protocol = Literal["tcp", "udp"]
 """A load flow's transport."""

@@ -49,13 +49,14 @@ def _read(path: str) -> str:
 
 
 class Cgroups:
-    """The cgroups of one lab (v1 or v2, detected).
+    """The cgroups of one lab (v1 or v2, detected unless ``mode`` is given). ``root``: where
+    the v1 controllers are mounted, or the cgroup2 mount (default: found in /proc/mounts).
 
     Raises:
-        CapabilityError: no usable cpu controller.
+        CapabilityError: no usable cpu controller; v2 without a cgroup2 mount.
     """
 
-    def __init__(self, lab: str, mode: str | None = None, root: str = "/sys/fs/cgroup"):
+    def __init__(self, lab: str, mode: str | None = None, root: str | None = None):
         detected, ctls = cgroup_mode()
         self.mode = mode or detected
         if self.mode is None:
@@ -63,10 +64,11 @@ class Cgroups:
                                   "budgets need cgroup v1 'cpu' or cgroup v2 with 'cpu'")
         self.top = lab_prefix(lab)
         if self.mode == "v1":
+            root = root or "/sys/fs/cgroup"
             self.roots = [os.path.join(root, c) for c in V1_CONTROLLERS
                           if c in ctls and os.path.isdir(os.path.join(root, c))]
         else:
-            self.roots = [_v2_root()]
+            self.roots = [root or _v2_root()]
 
     # -- paths ---------------------------------------------------------------------------
     def _paths(self, *parts: str) -> list[str]:

@@ -152,7 +152,10 @@ class Faults:
         """Change the link rate (Mbit/s) of a shaped link."""
         fault = self._allowed(Rate, link=(a, b), mbit=mbit)
         ends = list(self._reshape(a, b, bw=mbit))
-        if self.lab.classes:  # the rate is every class's ceil too: re-install them
+        nic = self.lab.host_layer.nic_of(a, b)
+        if nic is not None:  # a host's NIC: every VM's class follows
+            self.lab.host_layer.set_rate(nic, mbit)
+        elif self.lab.classes:  # the rate is every class's ceil too: re-install them
             qos.reshape(ends, self.lab.classes)
         else:
             for intf in ends:
@@ -163,7 +166,10 @@ class Faults:
         """Change the queue limit (packets) of a link."""
         fault = self._allowed(Queue, link=(a, b), packets=packets)
         ends = list(self._reshape(a, b, max_queue_size=packets))
-        if self.lab.classes:  # every class has the link's queue
+        nic = self.lab.host_layer.nic_of(a, b)
+        if nic is not None and nic.share_mbit:  # a shaped host NIC: every VM's queue there
+            self.lab.host_layer.set_queue(nic)
+        elif self.lab.classes:  # every class has the link's queue
             qos.reshape(ends, self.lab.classes)
         else:
             for intf in ends:
@@ -218,17 +224,23 @@ class Faults:
 
     def migrate(self, vm: str, to: str) -> Event:
         """Live-migrate ``vm`` to physical host ``to``: its processes move to that host's
-        cgroup and its clock follows that host's oscillator from now on (continuous).
+        cgroup, its clock follows that host's oscillator from now on (continuous), and with a
+        host layer its vNIC moves to that host's virtual switch, its traffic to that host's
+        NIC, and the lab's ``topo`` is rewired to match (``lab.hostnic``).
 
         Raises:
-            LabError: unknown host, same host, or a paused VM.
+            LabError: unknown host, same host, a paused VM, or (host layer) a host under
+                another leaf.
         """
         fault = self._allowed(Migrate, vm=vm, to=to)
         old = self.lab.phys[vm]
+        self.lab.host_layer.migrate(vm, old, to)
         self.lab.cgroups.move_vm(vm, old, to)
         now = time.time_ns()
         self.lab.clocks.migrate(vm, now, to)
         self.lab.phys[vm] = to
+        if self.lab.host_layer.nics:
+            self.lab.reroute()
         self.lab.publish_state()
         return self.lab.stamp_fault(fault, src=old, at_ns=now)
 

@@ -30,12 +30,13 @@ from lab.clocks import ClockBook, ClockConfig
 from lab.errors import CapabilityError, LabError
 from lab.fabric import check_mode, require_fabric
 from lab.faults import Faults
+from lab.hostnic import HostLayer
 from lab.links import LINK_KEYS, ShapedLink
 from lab.names import check_lab_name, lab_prefix, state_dir
 from lab.netlink import remove_netns
 from lab.nodes import VM, Router, fabric_node
 from lab.wait import wait_until
-from topo.routing import ecmp_routes, path_slots
+from topo.routing import lab_routes, path_slots
 
 
 def lab_netns(name: str) -> list[str]:
@@ -71,12 +72,13 @@ def check_link_params(topo: Topo, netem: bool) -> None:
         LabError: a value is out of range.
     """
     for a, b, info in topo.links(withInfo=True):
-        opts = {k: info[k] for k in LINK_KEYS if k in info}
-        try:
-            params = tc.LinkParams.from_opts(opts)
-        except ValueError as e:
-            raise LabError(f"link {a}-{b}: {e}") from e
-        tc.require(params, netem, f"{a}-{b}")
+        for end in ("params1", "params2"):  # each end's options add to the link's
+            opts = {k: v for k, v in {**info, **info.get(end, {})}.items() if k in LINK_KEYS}
+            try:
+                params = tc.LinkParams.from_opts(opts)
+            except ValueError as e:
+                raise LabError(f"link {a}-{b}: {e}") from e
+            tc.require(params, netem, f"{a}-{b}")
 
 
 class Lab:
@@ -134,6 +136,8 @@ class Lab:
         self.leftovers: list[str] = []
         self.t0_ns = 0
         self.faults = Faults(self)
+        self.host_layer = HostLayer(self)
+        """The hosts' NICs (``lab.hostnic``; none without a host layer in ``topo``)."""
 
     # -- Mininet-like access ---------------------------------------------------------------
     def __getitem__(self, name: str):
@@ -202,9 +206,9 @@ class Lab:
                            f"'nslab clean {self.name}' removes a crashed one")
         check_link_params(self.topo, caps["netem"].ok)
         require_fabric(self.fabric, caps)
-        self.routes = self.healthy_routes = ecmp_routes(self.topo)
         try:
             self._physical_hosts()
+            self.routes = self.healthy_routes = lab_routes(self.topo, self.phys)
             self.progress(f"building {len(self.topo.nodes())} nodes, "
                           f"{len(self.topo.links())} links")
             self.net = Mininet(topo=self.topo, host=functools.partial(VM, lab=self),
@@ -214,6 +218,7 @@ class Lab:
             for node in self.net.hosts + self.net.switches:
                 node.flush()
             self.net.start()
+            self.host_layer.start()
         except BaseException:
             self.stop()
             raise
@@ -239,9 +244,10 @@ class Lab:
             self.clocks.add_vm(vm, host)
 
     def reroute(self) -> None:
-        """Recompute ECMP routes without the links that are down and install them on every
-        router (the lab plays the fabric's routing protocol, converged at once)."""
-        self.routes = ecmp_routes(self.topo, self.down_links)
+        """Recompute ECMP routes without the links that are down, and the host layer's for the
+        VMs' hosts now, and install them on every router (the lab plays the fabric's routing
+        protocol, converged at once)."""
+        self.routes = lab_routes(self.topo, self.phys, self.down_links)
         for node in self.net.switches:
             if isinstance(node, Router):
                 node.install_routes(self.routes.get(node.name, []))
@@ -287,6 +293,10 @@ class Lab:
         errors = []
         shells = [n.pid for n in self.net.hosts + self.net.switches] if self.net else []
         if self.net is not None:
+            try:
+                self.host_layer.freeze()
+            except Exception as e:  # keep tearing down the rest
+                errors.append(f"host NICs: {e}")
             try:
                 self.net.stop()
             except Exception as e:  # keep tearing down the rest

@@ -17,7 +17,7 @@ from lab import fabric, tc, vmclock
 from lab.errors import LabError
 from lab.names import netns_name
 from lab.netlink import attach_netns, entered, ns_iproute, remove_netns
-from topo.routing import ROUTER_ROLES
+from topo.routing import HOST_ROLE, ROUTER_ROLES
 
 if TYPE_CHECKING:  # pragma: no cover
     from lab.lab import Lab
@@ -124,8 +124,10 @@ class VM(LabNode, Host):
 
 class Router(LabNode):
     """A leaf, spine or super-spine: a Linux router with ECMP (L4 hash, fixed per-lab seed),
-    or another fabric mode of the lab (``lab.fabric``). It answers TTL-expired packets at once
-    (``icmp_ratelimit=0``), as traceroute-style path discovery needs."""
+    or another fabric mode of the lab (``lab.fabric``); or a physical host of the host layer
+    (role ``host``, ``topo.hosts``): its virtual switch routes between its VMs and its NIC
+    (a hop in traceroute). It answers TTL-expired packets at once (``icmp_ratelimit=0``), as
+    traceroute-style path discovery needs."""
 
     def __init__(self, name: str, lab: Lab, role: str, **params):
         self.role = role
@@ -194,10 +196,10 @@ class Bridge(LabNode):
 
 
 def fabric_node(lab: Lab):
-    """Mininet ``switch=`` factory: routers for router roles, bridges otherwise."""
+    """Mininet ``switch=`` factory: routers for router roles and hosts, bridges otherwise."""
     def make(name: str, role: str | None = None, **params):
         params.pop("listenPort", None)
-        if role in ROUTER_ROLES:
+        if role in ROUTER_ROLES or role == HOST_ROLE:
             return Router(name, lab=lab, role=role, **params)
         return Bridge(name, lab=lab, **params)
     return make

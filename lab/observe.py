@@ -16,8 +16,9 @@ from lab import tc
 if TYPE_CHECKING:  # pragma: no cover
     from lab.lab import Lab
 
-TIERS = {"vm": 0, "leaf": 1, "spine": 2, "superspine": 3}
-"""Tier of a node by its role: VMs 0 up to super-spines 3 (other switches count as leaves)."""
+TIERS = {"vm": 0, "host": 0.5, "leaf": 1, "spine": 2, "superspine": 3}
+"""Tier of a node by its role: VMs 0, the host layer's physical hosts 0.5 (between their VMs
+and their leaf), up to super-spines 3 (other switches count as leaves)."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class VmState:
     drift_ppm: float
 
 
-def tier(lab: Lab, node: str) -> int:
+def tier(lab: Lab, node: str) -> float:
     """The tier of ``node`` (``TIERS``; hosts are VMs)."""
     role = lab.topo.nodeInfo(node).get("role") or ("leaf" if lab.topo.isSwitch(node) else "vm")
     return TIERS.get(role, TIERS["leaf"])

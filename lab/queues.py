@@ -47,29 +47,31 @@ class QueueReader:
 
     def __init__(self, lab: Lab):
         self.lab = lab
-        self._dirs: list[tuple[str, object, int]] | None = None
+        self._dirs: list[tuple[object, object, int]] | None = None
+        self._moves = 0
 
-    def _directions(self) -> list[tuple[str, object, int]]:
-        """(label, interface, shaper's index) of every shaped direction, resolved once."""
-        if self._dirs is None:
+    def _directions(self) -> list[tuple[object, object, int]]:
+        """(interface, its peer, shaper's index) of every shaped direction, resolved once and
+        again after a vNIC moved to another host (``lab.hostnic``)."""
+        if self._dirs is None or self.lab.host_layer.moves != self._moves:
             dirs = []
             for a, b in self.lab.topo.links():
                 ends = self.lab.faults.ends(a, b)
                 for intf, peer in (ends, ends[::-1]):
                     if intf.shaping.bw is not None:
-                        dirs.append((f"{intf.node.name}->{peer.node.name}", intf,
-                                     intf.shaper_index))
-            self._dirs = dirs
+                        dirs.append((intf, peer, intf.shaper_index))
+            self._dirs, self._moves = dirs, self.lab.host_layer.moves
         return self._dirs
 
     def __call__(self) -> dict[str, QueueReading]:
         dirs = self._directions()
         stats = {}
-        for node in {id(i.shaper_node): i.shaper_node for _, i, _ in dirs}.values():
+        for node in {id(i.shaper_node): i.shaper_node for i, _, _ in dirs}.values():
             stats[id(node)] = tc.root_qdisc_stats(node.ipr)
         now = time.monotonic()
         out = {}
-        for label, intf, index in dirs:
+        for intf, peer, index in dirs:
+            label = f"{intf.node.name}->{peer.node.name}"
             st = stats[id(intf.shaper_node)].get(index)
             if st is not None and intf.shaping.bw is not None:
                 out[label] = QueueReading(t_s=now, bw_mbit=intf.shaping.bw,

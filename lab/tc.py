@@ -165,16 +165,18 @@ DEFAULT_MINOR = 0x10
 """Minor of the default class of a classed link (unmarked packets); DSCP class k is 0x11 + k."""
 
 
-def _htb_line(ifname: str, parent: str, classid: str, bw_mbit: float,
-              ceil_mbit: float | None = None, prio: int | None = None) -> str:
+def htb_line(ifname: str, parent: str, classid: str, bw_mbit: float,
+             ceil_mbit: float | None = None, prio: int | None = None, verb: str = "add") -> str:
+    """A ``tc -batch`` line that adds (or with ``verb`` changes) HTB class ``classid`` of
+    rate ``bw_mbit`` and ceil ``ceil_mbit`` (default: the rate), Mbit/s."""
     c, top = _htb_class(bw_mbit), _htb_class(ceil_mbit or bw_mbit)
-    return (f"class add dev {ifname} parent {parent} classid {classid} htb rate {c['rate']} "
+    return (f"class {verb} dev {ifname} parent {parent} classid {classid} htb rate {c['rate']} "
             f"ceil {top['rate']} burst {c['burst']}b cburst {top['cburst']}b "
             f"quantum {c['quantum']}" + ("" if prio is None else f" prio {prio}"))
 
 
-def _leaf_line(ifname: str, parent: str, handle: str, p: LinkParams) -> list[str]:
-    """The queue under ``parent``: netem when ``p`` needs it, a pfifo of
+def leaf_line(ifname: str, parent: str, handle: str, p: LinkParams) -> list[str]:
+    """``tc -batch`` lines of the queue under ``parent``: netem when ``p`` needs it, a pfifo of
     ``p.max_queue_size`` packets, or none (HTB's default, txqueuelen packets)."""
     if p.netem_fields():
         n = _netem(p)
@@ -198,9 +200,9 @@ def shape_commands(ifname: str, p: LinkParams) -> list[str]:
     lines, parent = [], "root"
     if p.bw is not None:
         lines += [f"qdisc add dev {ifname} root handle 1: htb default 1",
-                  _htb_line(ifname, "1:", "1:1", p.bw)]
+                  htb_line(ifname, "1:", "1:1", p.bw)]
         parent = "parent 1:1"
-    return lines + _leaf_line(ifname, parent, "10:", p)
+    return lines + leaf_line(ifname, parent, "10:", p)
 
 
 def class_commands(ifname: str, p: LinkParams, classes: Sequence[TrafficClass]) -> list[str]:
@@ -222,13 +224,13 @@ def class_commands(ifname: str, p: LinkParams, classes: Sequence[TrafficClass]) 
     if rest <= 0:
         raise ValueError(f"{ifname}: class shares sum to {1 - rest:g}; keep them below 1")
     lines += [f"qdisc add dev {ifname} root handle 1: htb default {DEFAULT_MINOR:x}",
-              _htb_line(ifname, "1:", "1:1", p.bw),
-              _htb_line(ifname, "1:1", f"1:{DEFAULT_MINOR:x}", p.bw * rest, p.bw, prio=7),
-              *_leaf_line(ifname, f"parent 1:{DEFAULT_MINOR:x}", f"{DEFAULT_MINOR:x}:", p)]
+              htb_line(ifname, "1:", "1:1", p.bw),
+              htb_line(ifname, "1:1", f"1:{DEFAULT_MINOR:x}", p.bw * rest, p.bw, prio=7),
+              *leaf_line(ifname, f"parent 1:{DEFAULT_MINOR:x}", f"{DEFAULT_MINOR:x}:", p)]
     for k, c in enumerate(classes):
         minor = f"{DEFAULT_MINOR + 1 + k:x}"
-        lines += [_htb_line(ifname, "1:1", f"1:{minor}", p.bw * c.share, p.bw, prio=c.prio),
-                  *_leaf_line(ifname, f"parent 1:{minor}", f"{minor}:", p),
+        lines += [htb_line(ifname, "1:1", f"1:{minor}", p.bw * c.share, p.bw, prio=c.prio),
+                  *leaf_line(ifname, f"parent 1:{minor}", f"{minor}:", p),
                   f"filter add dev {ifname} parent 1: protocol ip prio 1 u32 match ip dsfield "
                   f"{c.dscp << 2:#04x} 0xfc flowid 1:{minor}"]
     return lines

@@ -36,6 +36,12 @@ def report(results: Results | Mapping) -> str:
         osc = oscs.get(host)
         drift = f"{osc.base_ppm:+8.3f}" if osc else f"{'?':>8s}"
         lines.append(f"    {host:8s} drift {drift} ppm  VMs {' '.join(members)}")
+    for nic in truth.host_nics:
+        rate = f"{nic.bw_mbit:g} Mbit/s" if nic.bw_mbit else "unshaped"
+        lines.append(f"    {nic.host:8s} NIC to {nic.leaf} {rate}: sent "
+                     f"{nic.to_leaf.sent_bytes / 1e6:.1f} MB up, "
+                     f"{nic.from_leaf.sent_bytes / 1e6:.1f} MB down, drops "
+                     f"{nic.to_leaf.drops} up, {nic.from_leaf.drops} down")
     lines.append("  timeline:")
     for ev in truth.faults:
         lines.append(f"    {ev.t_s:7.2f} s  {ev.kind:11s} {describe('', ev.target, ev.params)}")

@@ -25,9 +25,10 @@ def lab_section(lab, caps: dict, fidelity: dict) -> LabSection:
 
 
 def truth_section(lab, placements_at_start: dict) -> TruthSection:
-    """``truth``: placements (at start and at the end), clocks, fault timeline."""
+    """``truth``: placements (at start and at the end), host NICs, clocks, fault timeline."""
     return TruthSection(placements=placements_at_start, placements_end=dict(lab.phys),
-                        clocks=lab.clocks.truth(), faults=list(lab.timeline))
+                        host_nics=lab.host_layer.read(), clocks=lab.clocks.truth(),
+                        faults=list(lab.timeline))
 
 
 def build(scenario, source: str, lab, caps: dict, fidelity: dict, placements: dict,

@@ -108,7 +108,7 @@ def finish(lab: Lab, job: Job) -> dict:
     lab.stamp("job_end", job.name, completion_s=summary["completion_s"],
               error=summary["error"])
     keep = ("name", "collective", "nccl_name", "world", "bytes", "dtype", "iterations",
-            "compute_units", "completion_s", "iteration_s", "comm_s", "algbw_bit_s",
+            "compute_units", "compute", "completion_s", "iteration_s", "comm_s", "algbw_bit_s",
             "busbw_bit_s", "wall_s", "verified", "error", "failed_ranks")
     entry = {k: summary[k] for k in keep}
     for k in ("iteration_times_s", "comm_times_s"):
@@ -133,7 +133,8 @@ def run(lab: Lab, name: str, config: JobConfig, vms: Sequence[str]) -> dict:
 
     Returns:
         name, collective (``config.DDP_LABEL`` for ddp), nccl_name, world, bytes (nccl-tests
-        size), dtype, iterations, compute_units, completion_s (s), iteration_s and comm_s
+        size), dtype, iterations, compute_units, compute ({kind, s_per_iteration, units}:
+        ``JobConfig.compute``), completion_s (s), iteration_s and comm_s
         ({p50, p90, p99, max, mean}, s), iteration_times_s and comm_times_s (per iteration,
         its slowest rank, s; at most ``JOB_SERIES_POINTS``, each the largest of a run of
         consecutive iterations when more), algbw_bit_s, busbw_bit_s, wall_s, verified, error,

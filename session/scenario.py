@@ -130,13 +130,42 @@ class HostCpuSpec(_Strict):
     cpuset: str | None = Field(None, description="cores, e.g. '0' or '0-1'")
 
 
-class HostsSpec(HostCpuSpec):
-    """CPU budget of every physical host, with per-host ``overrides``."""
+class HostNicSpec(_Strict):
+    """A physical host's NIC and virtual switch (``topo.hosts``); any of them builds the host
+    layer."""
 
-    overrides: dict[str, HostCpuSpec] = Field(default_factory=dict)
+    nic_bw: float | None = Field(None, gt=0, description="the host NIC's rate, Mbit/s, shared "
+                                 "by its VMs (None: unshaped)")
+    nic_queue: int | None = Field(None, gt=0, description="the host NIC's queue limit, packets")
+    vswitch_delay_us: float | None = Field(None, ge=0, description="delay of the host's "
+                                           "virtual switch toward each VM, us (netem)")
+
+    def nic_options(self) -> dict:
+        """The given NIC fields (``topo.hosts.host_nics``' keys)."""
+        return self.model_dump(include=set(HostNicSpec.model_fields), exclude_none=True)
+
+
+class HostSpec(HostCpuSpec, HostNicSpec):
+    """One physical host's overrides."""
+
+
+class HostsSpec(HostCpuSpec, HostNicSpec):
+    """CPU budget and NIC of every physical host, with per-host ``overrides``."""
+
+    overrides: dict[str, HostSpec] = Field(default_factory=dict)
     reserve: bool = Field(False, description="the lab's hosts get their budgets before the "
                           "machine's other processes (the lab weighs as 100 of them; the "
                           "quotas still cap each host)")
+    vswitch: bool = Field(False, description="build the host layer (each host a node between "
+                          "its VMs and its leaf: its virtual switch and its NIC) even without "
+                          "nic_bw, nic_queue or vswitch_delay_us")
+
+    def host_layer(self) -> dict | None:
+        """The host layer's options (``LeafSpine``'s ``hosts``), or None without one."""
+        overrides = {h: o.nic_options() for h, o in self.overrides.items() if o.nic_options()}
+        if not (self.vswitch or self.nic_options() or overrides):
+            return None
+        return {**self.nic_options(), "overrides": overrides}
 
 
 class JobSpec(JobConfig):
@@ -353,7 +382,8 @@ def load(name_or_path: str | None) -> tuple[Scenario, Topo]:
                                                          for err in e.errors()})
     topo = None
     if None not in (partial.topology, partial.placement, partial.seed):
-        topo, problem = build(partial.topology, partial.placement, partial.seed, path.parent)
+        topo, problem = build(partial.topology, partial.placement, partial.seed, path.parent,
+                              partial.hosts.host_layer() if partial.hosts else None)
         found += problem
     found += cross_check(partial, topo)
     if found:

@@ -38,7 +38,7 @@ from lab.queues import QueueReader
 from session import document, jobs, scoring
 from session.daemons import AgentMesh
 from session.load import LoadRunner
-from session.scenario import JobSpec, Scenario
+from session.scenario import HostCpuSpec, JobSpec, Scenario
 from session.studies import STUDIES
 from session.studies.base import Study
 
@@ -53,7 +53,8 @@ def make_lab(scenario: Scenario, topo: Topo, name: str | None = None,
     return Lab(topo, name=name or scenario.name, seed=scenario.seed, clocks=scenario.clocks,
                cpu_cores=scenario.hosts.cpu_cores, cpu_reserve=scenario.hosts.reserve,
                fabric=scenario.fabric.mode,
-               host_cpu={h: o.model_dump(exclude_none=True)
+               host_cpu={h: o.model_dump(include=set(HostCpuSpec.model_fields),
+                                         exclude_none=True)
                          for h, o in scenario.hosts.overrides.items()},
                progress=progress)
 

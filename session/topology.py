@@ -28,10 +28,11 @@ class _Invalid(Exception):
         self.problem = problem
 
 
-def build(t: TopologySpec, p: PlacementSpec, seed: int,
-          base: Path) -> tuple[Topo | None, list[Explained]]:
+def build(t: TopologySpec, p: PlacementSpec, seed: int, base: Path,
+          hosts: dict | None = None) -> tuple[Topo | None, list[Explained]]:
     """The topology of sections ``t`` and ``p``; a custom file's path is relative to ``base``
-    (the scenario's directory).
+    (the scenario's directory); ``hosts``: the host layer's options (``topo.hosts``;
+    leafspine only).
 
     Returns:
         (topology, []) or (None, [the problem, with its field path]).
@@ -45,7 +46,10 @@ def build(t: TopologySpec, p: PlacementSpec, seed: int,
                              fabric_bw=t.fabric_bw, super_bw=t.super_bw,
                              host_queue=t.host_queue, fabric_queue=t.fabric_queue,
                              link_opts=link, vms_per_host=p.vms_per_host, placement=strategy,
-                             seed=seed, explicit=p.map), []
+                             seed=seed, explicit=p.map, hosts=hosts), []
+        if hosts is not None:
+            return None, [Explained(("hosts",), "the host layer (nic_bw, nic_queue, "
+                                    "vswitch_delay_us, vswitch) needs topology kind leafspine")]
         topo = _custom(base / t.file, t.name, t.args)
         vms = topo.hosts()
         leaf_of = {vm: topo.nodeInfo(vm).get("leaf") for vm in vms}
@@ -56,6 +60,8 @@ def build(t: TopologySpec, p: PlacementSpec, seed: int,
         return None, [e.problem]
     except (ValueError, KeyError) as e:  # LeafSpine's counts, topo.placement's placement
         text = str(e).strip('"')
+        if "host layer" in text or "physical host name" in text:
+            return None, [Explained(("hosts",), text)]
         field = ("placement", "map") if p.map and "host" in text else ("placement",) \
             if "placement" in text or "host" in text else ("topology",)
         return None, [Explained(field, text)]

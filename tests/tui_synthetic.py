@@ -13,9 +13,10 @@ from tui.backend import GroupView, LinkView, NodeView, Snapshot, VMView
 
 
 def leafspine_snapshot(spines: int, leaves: int, vms_per_leaf: int, vms_per_host: int = 2,
-                       seed: int = 1) -> Snapshot:
+                       seed: int = 1, hosts: dict | None = None) -> Snapshot:
+    """``hosts``: the host layer's options (``topo.hosts``), None for none."""
     topo = LeafSpine(spines=spines, leaves=leaves, vms_per_leaf=vms_per_leaf, host_bw=100,
-                     fabric_bw=100, vms_per_host=vms_per_host)
+                     fabric_bw=100, vms_per_host=vms_per_host, hosts=hosts)
     rng = random.Random(seed)
     tier = {n: TIERS[topo.nodeInfo(n).get("role", "vm")] for n in topo.nodes()}
     vms = sorted((n for n in topo.nodes() if tier[n] == 0), key=natural_key)

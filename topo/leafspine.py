@@ -7,8 +7,14 @@ Addressing plan (IPv4):
       ``10.254.0.0/16``.
 Node names: ``vm1..``, ``leaf1..``, ``spine1..``, ``super1..``, numbered across pods.
 
-Node metadata (``topo.nodeInfo(name)``): ``role`` (vm, leaf, spine, superspine), ``leaf`` and
-``phys`` (physical host) on VMs, ``pod`` on routers, ``subnets`` on leaves. Routers are added as
+Node metadata (``topo.nodeInfo(name)``): ``role`` (vm, leaf, spine, superspine, host), ``leaf``
+and ``phys`` (physical host) on VMs, ``pod`` on routers, ``subnets`` on leaves, ``leaf`` on
+hosts.
+
+With ``hosts`` (the host layer, ``topo.hosts``) every physical host is a node of its own
+(role ``host``, named as its placement names it): its VMs link to it (their gateway
+``10.L.k.1`` is on the host's end), and it links to its leaf through its NIC, a /31 from the
+fabric pool whose rate and queue are the host's ``nic_bw`` and ``nic_queue``. Routers are added as
 switches, so plain ``mn --custom topo/leafspine.py --topo leafspine`` loads the file; nslab turns
 them into Linux routers.
 
@@ -21,7 +27,9 @@ import ipaddress
 
 from mininet.topo import Topo
 
+from topo.hosts import host_nics
 from topo.placement import place
+from topo.routing import HOST_ROLE
 
 MAX_LEAVES = 250
 FABRIC_POOL = ipaddress.ip_network("10.254.0.0/16")
@@ -40,14 +48,18 @@ class LeafSpine(Topo):
         host_queue, fabric_queue: queue limits, packets (None: kernel default).
         link_opts: extra Mininet link options for every link (delay, jitter, loss, ...).
         vms_per_host, placement, seed, explicit: physical placement (see ``topo.place``).
+        hosts: None (VMs link straight to their leaf) or the host layer's options
+            ``{"nic_bw", "nic_queue", "vswitch_delay_us", "overrides": {host: {...}}}``
+            (``topo.hosts.HostNic``).
 
     Raises:
-        ValueError: counts out of range or a bad placement.
+        ValueError: counts out of range, a bad placement or bad host layer options.
     """
 
     def build(self, spines=2, leaves=2, vms_per_leaf=2, pods=0, superspines=2,
               host_bw=None, fabric_bw=None, super_bw=None, host_queue=None, fabric_queue=None,
-              link_opts=None, vms_per_host=1, placement="packed", seed=0, explicit=None):
+              link_opts=None, vms_per_host=1, placement="packed", seed=0, explicit=None,
+              hosts=None):
         npods = max(pods, 1)
         if min(spines, leaves, vms_per_leaf) < 1 or leaves * npods > MAX_LEAVES:
             raise ValueError(f"need spines, leaves, vms_per_leaf >= 1 and at most {MAX_LEAVES} "
@@ -57,7 +69,13 @@ class LeafSpine(Topo):
         self._p2p = FABRIC_POOL.subnets(new_prefix=31)
         link_opts = dict(link_opts or {})
         vm_leaf: dict[str, str] = {}
+        for gl in range(1, leaves * npods + 1):
+            for k in range(1, vms_per_leaf + 1):
+                vm_leaf[f"vm{(gl - 1) * vms_per_leaf + k}"] = f"leaf{gl}"
+        phys = place(list(vm_leaf), vm_leaf, vms_per_host, placement, seed, explicit)
+        nics = host_nics(phys, vm_leaf, hosts) if hosts is not None else {}
         spine_names: list[str] = []
+        vm_opts = _shape(link_opts, host_bw, host_queue)
         for pod in range(1, npods + 1):
             pod_spines = [f"spine{(pod - 1) * spines + s}" for s in range(1, spines + 1)]
             for sp in pod_spines:
@@ -69,11 +87,19 @@ class LeafSpine(Topo):
                 self.addSwitch(leaf, role="leaf", pod=pod, subnets=[f"10.{gl}.0.0/16"])
                 for k in range(1, vms_per_leaf + 1):
                     vm = f"vm{(gl - 1) * vms_per_leaf + k}"
-                    vm_leaf[vm] = leaf
-                    self.addHost(vm, role="vm", leaf=leaf, ip=f"10.{gl}.{k}.2/24",
+                    self.addHost(vm, role="vm", leaf=leaf, phys=phys[vm], ip=f"10.{gl}.{k}.2/24",
                                  defaultRoute=f"via 10.{gl}.{k}.1")
-                    self.addLink(vm, leaf, params2={"ip": f"10.{gl}.{k}.1/24"},
-                                 **_shape(link_opts, host_bw, host_queue))
+                    gateway = {"ip": f"10.{gl}.{k}.1/24"}
+                    nic = nics.get(phys[vm])
+                    if nic is None:
+                        self.addLink(vm, leaf, params2=gateway, **vm_opts)
+                        continue
+                    if phys[vm] not in self.nodes():
+                        self.addSwitch(phys[vm], role=HOST_ROLE, leaf=leaf)
+                        self._p2p_link(phys[vm], leaf, _shape(link_opts, nic.nic_bw,
+                                                              nic.nic_queue))
+                    self.addLink(vm, phys[vm], params2={**gateway, **nic.vswitch_opts()},
+                                 **vm_opts)
                 for sp in pod_spines:
                     self._p2p_link(leaf, sp, _shape(link_opts, fabric_bw, fabric_queue))
         if pods >= 1:
@@ -82,9 +108,6 @@ class LeafSpine(Topo):
                 self.addSwitch(name, role="superspine", pod=0)
                 for sp in spine_names:
                     self._p2p_link(sp, name, _shape(link_opts, super_bw, fabric_queue))
-        phys = place(list(vm_leaf), vm_leaf, vms_per_host, placement, seed, explicit)
-        for vm, host in phys.items():
-            self.nodeInfo(vm)["phys"] = host
 
     def _p2p_link(self, a: str, b: str, opts: dict) -> None:
         net = next(self._p2p)

@@ -6,14 +6,23 @@ count), i.e. equal-cost multipath as a BGP/OSPF fabric would converge to. Paths 
 valley-free: a leaf never carries transit traffic between two of its uplinks (as with eBGP in
 a CLOS where all spines share one AS, RFC 7938), so after a leaf-spine failure that spine
 loses the route instead of detouring through another leaf.
+
+Physical hosts of the host layer (role ``host``, ``topo.hosts``) are routers too, outside the
+fabric's ECMP: a leaf routes each of its VMs' subnets to the host the VM runs on now, and a
+host routes the lab's addresses (``LAB_PREFIX``) to its leaf (``host_routes``).
 """
 from __future__ import annotations
 
+import ipaddress
 from collections import deque
+from collections.abc import Mapping
 
 from mininet.topo import Topo
 
 ROUTER_ROLES = ("leaf", "spine", "superspine")
+HOST_ROLE = "host"
+LAB_PREFIX = "10.0.0.0/8"
+"""Every address of a leaf-spine lab (``topo.leafspine``): what a host routes to its leaf."""
 
 
 def routers(topo: Topo) -> list[str]:
@@ -98,3 +107,48 @@ def path_slots(healthy: list[tuple[str, list[str]]], current: list[tuple[str, li
         alive = [(k, hop) for k, hop in enumerate(hops, 1) if hop in now[prefix]]
         out.append((prefix, alive))
     return out
+
+
+def host_routes(topo: Topo, phys: Mapping[str, str], down: set[frozenset[str]] | None = None
+                ) -> dict[str, list[tuple[str, list[str]]]]:
+    """Routes of the host layer, as ``ecmp_routes``: each leaf routes the subnet of every VM
+    whose host (``phys``: VM -> host now) hangs under it to that host's NIC address; each
+    host routes ``LAB_PREFIX`` to its leaf. A NIC in ``down`` carries neither.
+
+    Raises:
+        ValueError: a host-leaf link end has no ``ip``, or a VM on a host has none.
+    """
+    nic: dict[str, tuple[str, str, str]] = {}  # host -> (leaf, host's ip, leaf's ip)
+    for a, b, info in topo.links(withInfo=True):
+        roles = {n: topo.nodeInfo(n).get("role") for n in (a, b)}
+        if HOST_ROLE not in roles.values() or "vm" in roles.values():
+            continue
+        host, leaf = (a, b) if roles[a] == HOST_ROLE else (b, a)
+        ips = {info["node1"]: info.get("params1", {}).get("ip"),
+               info["node2"]: info.get("params2", {}).get("ip")}
+        if not ips[host] or not ips[leaf]:
+            raise ValueError(f"host NIC {host}-{leaf} lacks addresses")
+        if frozenset((host, leaf)) not in (down or set()):
+            nic[host] = (leaf, ips[host].split("/")[0], ips[leaf].split("/")[0])
+    routes: dict[str, list[tuple[str, list[str]]]] = {}
+    for host, (_, _, leaf_ip) in sorted(nic.items()):
+        routes.setdefault(host, []).append((LAB_PREFIX, [leaf_ip]))
+    for vm, host in sorted(phys.items()):
+        if host not in nic:
+            continue
+        ip = topo.nodeInfo(vm).get("ip")
+        if not ip:
+            raise ValueError(f"VM {vm} on host {host} has no address")
+        leaf, host_ip, _ = nic[host]
+        subnet = str(ipaddress.ip_interface(ip).network)
+        routes.setdefault(leaf, []).append((subnet, [host_ip]))
+    return routes
+
+
+def lab_routes(topo: Topo, phys: Mapping[str, str], down: set[frozenset[str]] | None = None
+               ) -> dict[str, list[tuple[str, list[str]]]]:
+    """``ecmp_routes`` of the fabric and ``host_routes`` of the host layer together."""
+    routes = ecmp_routes(topo, down)
+    for router, more in host_routes(topo, phys, down).items():
+        routes[router] = routes.get(router, []) + more
+    return routes

@@ -23,12 +23,12 @@ SCHEMA = "nslab.tui-recording/1"
 
 @dataclass
 class NodeView:
-    """A fabric node: ``role`` vm/leaf/spine/superspine, ``tier`` 0 (VMs) .. 3 (super-spines)
-    (``lab.observe.TIERS``)."""
+    """A fabric node: ``role`` vm/host/leaf/spine/superspine, ``tier`` 0 (VMs), 0.5 (physical
+    hosts of a host layer) .. 3 (super-spines) (``lab.observe.TIERS``)."""
 
     name: str
     role: str
-    tier: int
+    tier: float
 
 
 @dataclass

@@ -189,6 +189,17 @@ class JobConfig(BaseModel):
         """The collective that moves the data (DDP: ``all_reduce`` of the gradients)."""
         return "all_reduce" if self.collective == DDP else self.collective
 
+    def compute(self) -> dict:
+        """What a rank computes every iteration: ``kind`` accelerator (``gpu_s``: accelerator
+        time on the VM clock, which the host's CPU load does not slow), cpu
+        (``compute_units``: CPU work, which takes what the machine's CPU and the host's
+        budget give it), both, or none; ``s_per_iteration``: the accelerator time, s (None
+        without one: CPU work has no fixed time); ``units``: ``compute_units``."""
+        kind = {(True, True): "both", (True, False): "accelerator", (False, True): "cpu",
+                (False, False): "none"}[(self.gpu_s > 0, self.compute_units > 0)]
+        return {"kind": kind, "s_per_iteration": self.gpu_s or None,
+                "units": self.compute_units}
+
     def count_for(self, world: int) -> int:
         """The NCCL count (elements) on ``world`` ranks, after the checks that need ``world``.
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from contracts.base import Model
-from contracts.enums import PacerMode, PlacementKind, Protocol
+from contracts.enums import ComputeKind, PacerMode, PlacementKind, Protocol
 
 
 class LoadEntry(Model):
@@ -62,6 +62,17 @@ class JobEdge(Model):
                                                  "another, us (the pacers' probes)")
 
 
+class Compute(Model):
+    """A rank's compute every iteration (``JobConfig.compute``)."""
+
+    kind: ComputeKind = Field(description="accelerator: gpu_s of accelerator time on the VM "
+                              "clock (the host's CPU load does not slow it); cpu: "
+                              "compute_units of CPU work; both; none")
+    s_per_iteration: float | None = Field(description="accelerator time per iteration, s (VM "
+                                          "clock); null without an accelerator")
+    units: int = Field(description="compute_units: 128x128 matrix products per iteration")
+
+
 class JobEntry(Model):
     """One job run. A job that failed before starting (no VMs could be chosen) has only
     ``name``, ``collective``, ``error``, ``verified`` false and ``completion_s`` null; every
@@ -76,6 +87,7 @@ class JobEntry(Model):
     iterations: int | None = Field(None, description="timed iterations")
     compute_units: int | None = Field(None, description="matrix products per iteration's "
                                                         "compute phase")
+    compute: Compute | None = Field(None, description="what a rank computes every iteration")
     completion_s: float | None = Field(description="slowest rank's first-to-last timed "
                                                    "iteration, s (VM clocks)")
     iteration_s: Percentiles | None = Field(None, description="iteration time, s")

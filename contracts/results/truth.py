@@ -1,5 +1,5 @@
 """The results' ``truth`` section: what the lab injected, against which every estimate is
-scored (placements, the VM clocks' parameters, the fault timeline).
+scored (placements, the hosts' NICs, the VM clocks' parameters, the fault timeline).
 
 Units: ns, s, ppm.
 """
@@ -65,10 +65,36 @@ class FaultEvent(Model):
                            "TUI), test (a test, through nslab_pytest.inject)")
 
 
+class NicDirection(Model):
+    """One direction of a host's NIC: its root qdisc's counters since bring-up."""
+
+    sent_bytes: int = Field(description="bytes sent, Ethernet headers counted")
+    drops: int = Field(description="packets dropped at its queues")
+    backlog_packets: int = Field(description="packets queued at the end")
+
+
+class HostNic(Model):
+    """A physical host's NIC, shared by its VMs (``lab.hostnic``); its fault name is the link
+    ``[host, leaf]``."""
+
+    host: str
+    leaf: str
+    vms: list[str] = Field(description="VMs on the host at the end")
+    bw_mbit: float | None = Field(description="rate at the end, Mbit/s (null: unshaped)")
+    queue_packets: int | None = Field(description="each VM's queue at the NIC, packets (null: "
+                                                  "the kernel's)")
+    link_up: bool = Field(description="the NIC's link was up at the end")
+    to_leaf: NicDirection
+    from_leaf: NicDirection
+
+
 class TruthSection(Model):
     """What really happened (the lab injected it), to score the agents against."""
 
     placements: dict[str, str] = Field(description="VM -> physical host at the start")
     placements_end: dict[str, str] = Field(description="VM -> physical host at the end")
+    host_nics: list[HostNic] = Field(default_factory=list, description="every host's NIC "
+                                     "(empty without a host layer: hosts.nic_bw, nic_queue, "
+                                     "vswitch_delay_us or vswitch)")
     clocks: Clocks
     faults: list[FaultEvent] = Field(description="the fault timeline, in time order")

@@ -53,3 +53,22 @@ def udp_delivered(client, server, n: int, port: int = 9999) -> int:
         if rx.poll() is None:
             rx.kill()
             rx.wait()
+
+
+def iperf3_together(pairs, *args, port=5301):
+    """Run one iperf3 client per (client, server) VM pair at the same time, each to its own
+    server port; returns their parsed JSON documents in ``pairs``' order."""
+    servers = [srv.popen(["iperf3", "-s", "-1", "-p", str(port + i)])
+               for i, (_, srv) in enumerate(pairs)]
+    try:
+        time.sleep(0.3)  # the servers listen
+        clients = [cli.popen(["iperf3", "-c", srv.IP(), "-p", str(port + i), "-J", *args],
+                             text=True) for i, (cli, srv) in enumerate(pairs)]
+        docs = [json.loads(c.communicate(timeout=60)[0]) for c in clients]
+        for doc in docs:
+            assert "error" not in doc, doc.get("error")
+        return docs
+    finally:
+        for srv in servers:
+            srv.kill()
+            srv.wait()

@@ -52,7 +52,7 @@ def test_dump_round_trips_the_real_document(doc):
     # no chrony, no pacers in this run; written before the series existed
     assert out["sync"] == {**doc["sync"], "chrony": None, "series": None}
     assert out["jobs"] == [{**j, "edge": None, "iteration_times_s": None, "comm_times_s": None,
-                            "fabric_drops": None, "drops_by_link": None}
+                            "fabric_drops": None, "drops_by_link": None, "compute": None}
                            for j in doc["jobs"]]
     assert out["lab"]["fidelity"]["series"] is None
     assert out["load"][0]["error"] is None and out["load"][0]["lost_percent"] is None
@@ -223,6 +223,13 @@ def test_every_numeric_field_says_its_unit():
     assert not missing
 
 
+NIC = {"host": "phys1", "leaf": "leaf1", "vms": ["vm1", "vm2"], "bw_mbit": 100.0,
+       "queue_packets": None, "link_up": True,
+       "to_leaf": {"sent_bytes": 12_000_000, "drops": 3, "backlog_packets": 0},
+       "from_leaf": {"sent_bytes": 400_000, "drops": 0, "backlog_packets": 0}}
+"""A host NIC as ``lab.hostnic.HostLayer.read`` gives it."""
+
+
 def _fake_lab(doc: dict):
     topo = LeafSpine(spines=1, leaves=2, vms_per_leaf=2, host_bw=100, fabric_bw=100,
                      host_queue=100, fabric_queue=100, vms_per_host=2)
@@ -233,6 +240,7 @@ def _fake_lab(doc: dict):
     return types.SimpleNamespace(
         topo=topo, name="t", fabric="spray", bringup_s=0.5, teardown_s=0.1, phys=phys,
         leftovers=[],
+        host_layer=types.SimpleNamespace(read=lambda: [NIC]),
         clocks=types.SimpleNamespace(truth=lambda: doc["truth"]["clocks"]),
         timeline=[event, doc["truth"]["faults"][0]])
 
@@ -248,6 +256,7 @@ def test_build_and_document_from_a_lab(doc, tmp_path):
     assert res.lab.links[0].bw == 100 and res.lab.fidelity.cpu_busy is None
     assert res.lab.fabric == "spray"
     assert res.truth.faults[0].source == "timeline" and res.truth.faults[1].kind == "load"
+    assert res.truth.host_nics[0].to_leaf.drops == 3 and res.truth.host_nics[0].bw_mbit == 100
     assert res.placement_comparison is None and res.jobs[1].name == "aware"
     out = document.document(sc, "t.yaml", lab, caps, fid, dict(lab.phys), sync=doc["sync"])
     assert "jobs" not in out and "placement_comparison" not in out and "sync" in out
@@ -256,6 +265,8 @@ def test_build_and_document_from_a_lab(doc, tmp_path):
     written = json.loads((tmp_path / "r.json").read_text())
     assert written["load"][0]["mbit"] == 93.138
     assert "fidelity:" not in T.report(written)
+    assert "phys1    NIC to leaf1 100 Mbit/s: sent 12.0 MB up, 0.4 MB down, drops 3 up" in \
+        T.report(written)
     with pytest.raises(TypeError, match="unknown results sections: owd"):
         document.build(sc, "t.yaml", lab, caps, fid, {}, owd={})
 

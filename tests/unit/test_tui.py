@@ -689,6 +689,21 @@ def test_legend_colours_are_distinct():
         assert word in text.plain
 
 
+def test_fabric_draws_the_host_layer_between_vms_and_leaves():
+    from tui_synthetic import leafspine_snapshot
+    snap = leafspine_snapshot(2, 2, 4, hosts={"nic_bw": 100})
+    view = FabricView()
+    view.snap = snap
+    rows = view.draw(120, 30).plain.split("\n")
+
+    def first_row(word):
+        return next(i for i, r in enumerate(rows) if word in r.split())
+    assert first_row("spine1") < first_row("leaf1") < first_row("phys1") < first_row("vm1")
+    nic = next(lk for lk in snap.links if {lk.a, lk.b} == {"phys1", "leaf1"})
+    view.selected = snap.links.index(nic)  # the NIC is a link like any other
+    assert "phys1" in view.draw(120, 30).plain.split("\n")[-2]
+
+
 def test_fabric_draws_down_saturated_dropping_and_hog_apart():
     from tui.widgets import legend as lg
     _, frames = load_recording(DEFAULT_RECORDING)

@@ -128,3 +128,13 @@ def test_a_subclass_such_as_the_scenario_jobspec_reduces_to_a_job_config():
     assert type(plain) is JobConfig and plain == JobConfig(collective="broadcast", bytes=4096)
     with pytest.raises(ValidationError, match="hidden: only for collective ddp"):
         Spec(name="b", hidden=3)
+
+
+@pytest.mark.parametrize("fields, compute", [
+    ({"gpu_s": 0.05}, {"kind": "accelerator", "s_per_iteration": 0.05, "units": 0}),
+    ({"compute_units": 300}, {"kind": "cpu", "s_per_iteration": None, "units": 300}),
+    ({"gpu_s": 0.1, "compute_units": 3}, {"kind": "both", "s_per_iteration": 0.1, "units": 3}),
+    ({}, {"kind": "none", "s_per_iteration": None, "units": 0}),
+])
+def test_compute_says_what_a_rank_computes(fields, compute):
+    assert JobConfig(**fields).compute() == compute

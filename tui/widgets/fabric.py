@@ -1,4 +1,5 @@
-"""The fabric: super-spines, spines, leaves and VMs drawn as a leaf-spine diagram.
+"""The fabric: super-spines, spines, leaves, the physical hosts of a host layer (their NIC
+the line up to their leaf) and VMs drawn as a leaf-spine diagram.
 
 Each link is a line coloured by its utilization; a down link is dotted with an ``X`` in the
 middle; a link dropping packets now (the last interval) has a ``*`` in the middle; a VM's label
