@@ -2,7 +2,7 @@
 host's NIC shaped (on) and unshaped (off), side by side in one run.
 
     sudo .venv/bin/python benchmarks/collocation.py [--vnic 50] [--nic 100] [--seconds 4]
-                                                    [--reps 1] [--json PATH]
+                                                    [--reps 1]
 
 Two labs run at once: one leaf-spine with two hosts of four VMs each (vm1-vm4 on phys1,
 vm5-vm8 on phys2, one host per leaf), every vNIC ``--vnic`` Mbit/s; in one the hosts' NICs
@@ -10,43 +10,22 @@ are ``--nic`` Mbit/s, in the other unshaped (the host layer without ``nic_bw``).
 busy VMs, vm1..vmn each send one TCP flow (iperf3) to vm5..vm(4+n) at once; each row is one
 lab's n, the rows of both labs interleaved per n and per repetition. Rates are scaled down
 from a cloud's (a 2-core machine forwards a few hundred Mbit/s through the lab's hops).
-TCP goodput tops out at 0.956 of a rate (HTB counts Ethernet headers). The JSON has every
-sample, the machine (CPU model, cores, kernel, cgroup version), the commit and the fidelity
-of every measurement.
+TCP goodput tops out at 0.956 of a rate (HTB counts Ethernet headers). The table goes to
+``benchmarks/results/collocation.json`` with the machine and the commit (``record``), every
+row's samples and fidelity in its data.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import subprocess
 import time
 
 from mininet.log import setLogLevel
+from record import record  # benchmarks/: on sys.path when run as a script
 
 from lab import Lab
-from lab.capabilities import cgroup_mode
 from lab.fidelity import FidelitySampler
 from session.load import Flow, LoadRunner
 from topo import LeafSpine
-
-
-def machine() -> dict:
-    """CPU model, cores, kernel and cgroup version of this machine."""
-    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                  if line.startswith("model name")), platform.processor())
-    return {"cpu": model, "cores": os.cpu_count(), "kernel": platform.release(),
-            "cgroup": cgroup_mode()[0]}
-
-
-def commit() -> str | None:
-    """The checkout's commit; None outside one (an offline bundle's copy)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run(["git", "rev-parse", "--show-toplevel", "--short", "HEAD"],
-                       capture_output=True, text=True, cwd=root)
-    lines = r.stdout.split()
-    return lines[1] if len(lines) == 2 and os.path.samefile(lines[0], root) else None
 
 
 def measure(lab: Lab, n: int, seconds: float) -> dict:
@@ -70,7 +49,6 @@ def main() -> None:
     ap.add_argument("--nic", type=float, default=100, help="the host NIC when on, Mbit/s")
     ap.add_argument("--seconds", type=float, default=4, help="each measurement, s")
     ap.add_argument("--reps", type=int, default=1, help="repetitions of the whole sweep")
-    ap.add_argument("--json", help="write every sample here")
     args = ap.parse_args()
     setLogLevel("error")
     topo = {arm: LeafSpine(spines=1, leaves=2, vms_per_leaf=4, vms_per_host=4,
@@ -89,13 +67,14 @@ def main() -> None:
                     print(f"{arm:>4s} {n:8d} {per_vm:>26s} {row['sum_mbit']:7.1f} "
                           f"{row['saturated']!s:>9s}", flush=True)
                     time.sleep(0.5)
-    doc = {"benchmark": "collocation", "machine": machine(), "commit": commit(),
-           "vnic_mbit": args.vnic, "nic_mbit": args.nic, "seconds": args.seconds,
-           "rows": rows}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=1)
-
+    table = [{"NIC": r["nic"], "busy VMs": r["n"],
+              "per VM Mbit/s": ", ".join(f"{m:.1f}" if m is not None else "error"
+                                         for m in r["mbit"]),
+              "sum Mbit/s": r["sum_mbit"], "saturated": r["saturated"]} for r in rows]
+    record("collocation", f"Per-VM bandwidth against busy VMs on one host (vNICs {args.vnic:g}"
+           f" Mbit/s, host NIC {args.nic:g} Mbit/s or unshaped)", list(table[0]), table,
+           note="TCP goodput tops out at 0.956 of a rate (HTB counts Ethernet headers).",
+           data={"rows": rows, "seconds": args.seconds})
 
 if __name__ == "__main__":
     main()
