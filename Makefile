@@ -89,6 +89,7 @@ bench: setup
 	$(BIN)/python benchmarks/bringup.py
 	$(BIN)/python benchmarks/link_accuracy.py
 	$(BIN)/python benchmarks/collectives.py
+	$(BIN)/python benchmarks/collocation.py
 	$(BIN)/python benchmarks/stories.py quickstart two_step cassini lb_compare
 	$(BIN)/python benchmarks/sync.py
 	$(BIN)/python benchmarks/cassini.py
