@@ -65,3 +65,36 @@ def test_super_spines_are_dealt_as_their_own_tier():
     assert [s.server_of[f"super{i}"] for i in (1, 2)] == ["a", "b"]
     assert sorted(s.server_of[f"leaf{i}"] for i in range(1, 5)) == list("aabc")
     assert all(s.server_of[f"vm{i}"] == s.server_of[f"leaf{i}"] for i in range(1, 5))
+
+
+SCENARIO = """name: split
+topology: {spines: 2, leaves: 2, vms_per_leaf: 1, fabric_bw: 600}
+servers:
+  - {address: 10.0.0.1, name: a}
+  - {address: 10.0.0.2, name: b, nic_mbit: 1000}
+server_placement: {spine9: a, spine1: c}
+"""
+
+
+def test_a_scenario_checks_its_servers_when_it_loads_and_is_not_built_yet(tmp_path):
+    from lab.errors import CapabilityError, ScenarioError
+    from session.scenario import load
+    from session.session import make_lab
+
+    path = tmp_path / "split.yaml"
+    path.write_text(SCENARIO)
+    with pytest.raises(ScenarioError) as e:
+        load(str(path))
+    assert [(x.path, x.message) for x in e.value.errors] == [
+        ("servers[1].ssh", "a server after the first is reached over SSH"),
+        ("server_placement", "spine9: no such node"),
+        ("server_placement", "spine1: no such server 'c' (servers: a, b)")]
+    path.write_text(SCENARIO.replace("name: b,", "name: b, ssh: root@10.0.0.2,")
+                    .replace("spine9: a, spine1: c", "spine1: a"))
+    with pytest.raises(ScenarioError, match="server b: its cut links need 1200 Mbit/s"):
+        load(str(path))
+    path.write_text(path.read_text().replace("fabric_bw: 600", "fabric_bw: 400"))
+    sc, topo = load(str(path))
+    assert [s.server().name for s in sc.servers] == ["a", "b"]
+    with pytest.raises(CapabilityError, match="split across 2 servers.*Nothing was built"):
+        make_lab(sc, topo)
