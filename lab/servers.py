@@ -16,6 +16,7 @@ namespaces deleted (their tunnels go with them).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -139,13 +140,20 @@ class Servers:
         return name
 
     def teardown(self) -> None:
-        """Remove the namespaces made on every server (processes first), then close the
-        control connections. Raises LabError naming a server that could not be cleaned."""
+        """Remove the namespaces made on every server (processes first), close the control
+        connections, then the record (and the state directory if nothing else is in it).
+
+        Raises:
+            LabError: a server could not be cleaned (the record stays for ``nslab clean``).
+        """
         for name, shell in self.shells.items():
             shell.remove_netns(self.netns[name])
             self.netns[name] = []
-        self._record()
+            self._record()
         self.close()
+        os.remove(os.path.join(self.dir, "servers.json"))
+        with contextlib.suppress(OSError):
+            os.rmdir(self.dir)
 
     def close(self) -> None:
         """Close every control connection."""

@@ -1,13 +1,14 @@
 """A lab split across two servers emulated as namespaces (tests/integration/servers.py): the
 same code path as two real machines (SSH to the second, commands here on the first)."""
 import json
+import os
 import re
 import subprocess
 
 from servers import emulated_servers
 
 from lab.clean import clean
-from lab.names import netns_name
+from lab.names import netns_name, state_dir
 from lab.server_clock import measure_all, sync_bound_us
 from lab.servers import Servers
 from lab.tunnel import VXLAN_OVERHEAD, VxlanLink
@@ -77,7 +78,7 @@ def test_a_cut_link_is_a_shaped_vxlan_tunnel_and_teardown_and_clean_reach_every_
             assert subprocess.run(ping, capture_output=True).returncode == 0
         finally:
             servers.teardown()
-        assert lab_namespaces() == []
+        assert lab_namespaces() == [] and not os.path.exists(state_dir(LAB))
         # a crash: namespaces and a process left on both servers, then nslab clean
         servers = Servers(LAB, hosts, ssh_options)
         servers.check()
@@ -88,4 +89,4 @@ def test_a_cut_link_is_a_shaped_vxlan_tunnel_and_teardown_and_clean_reach_every_
         assert len(lab_namespaces()) == 2
         done = clean(LAB)
         assert "netns nslab-t32-spine1 on s2" in done, done
-        assert lab_namespaces() == []
+        assert lab_namespaces() == [] and not os.path.exists(state_dir(LAB))
