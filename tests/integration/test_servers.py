@@ -4,6 +4,7 @@ import json
 import os
 import re
 import subprocess
+import time
 
 from servers import emulated_servers
 
@@ -35,8 +36,11 @@ def iperf3(servers, netns, server_ip):
             doc = json.loads(r.stdout)
             if "error" not in doc:
                 return doc["end"]["sum_received"]["bits_per_second"] / 1e6
+            time.sleep(0.1)  # the server is still starting on the other side of SSH
     finally:
-        srv.wait(timeout=10)
+        if srv.poll() is None:
+            srv.kill()  # the SSH client; teardown ends what runs in the namespace by PID
+        srv.wait()
     raise AssertionError(doc["error"])
 
 
