@@ -25,13 +25,14 @@ def lab_namespaces():
             if line.startswith(netns_name(LAB, ""))]
 
 
-def iperf3(servers, netns, server_ip):
-    """TCP for 3 s from leaf1 (first server) to spine1 (second server, over SSH)."""
+def iperf3(servers, netns, server_ip, *args):
+    """Mbit/s of TCP for 3 s from leaf1 (first server) to spine1 (second server, its iperf3
+    server started over SSH); ``-R``: the other way."""
     srv = servers["s2"].popen(["ip", "netns", "exec", netns["spine1"], "iperf3", "-s", "-1"])
     try:
         for _ in range(50):
             r = subprocess.run(["ip", "netns", "exec", netns["leaf1"], "iperf3", "-c",
-                                server_ip, "-t", "3", "-O", "1", "-J"],
+                                server_ip, "-t", "3", "-O", "1", "-J", *args],
                                capture_output=True, text=True)
             doc = json.loads(r.stdout)
             if "error" not in doc:
@@ -74,8 +75,10 @@ def test_a_cut_link_is_a_shaped_vxlan_tunnel_and_teardown_and_clean_reach_every_
             ping = ["ip", "netns", "exec", netns["leaf1"], "ping", "-c", "2", "-i", "0.2",
                     "-W", "1", ip_b]
             assert subprocess.run(ping, capture_output=True).returncode == 0
-            rate = iperf3(servers, netns, ip_b)
-            assert 0.9 * RATE <= rate <= 1.02 * RATE, rate
+            # each direction is shaped at its sending end, in its router's namespace
+            for direction in ((), ("-R",)):
+                rate = iperf3(servers, netns, ip_b, *direction)
+                assert 0.9 * RATE <= rate <= 1.02 * RATE, (direction, rate)
             link.set_up(False)
             assert subprocess.run(ping, capture_output=True).returncode != 0
             link.set_up(True)
