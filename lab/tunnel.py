@@ -53,10 +53,11 @@ def underlay_mtu(shell, remote: str) -> int:
     """
     route = shell.run(["ip", "-o", "route", "get", remote])
     dev = re.search(r"\bdev (\S+)", route)
-    if not dev:
+    mtu = dev and re.search(r"\bmtu (\d+)", shell.run(["ip", "-o", "link", "show", "dev",
+                                                        dev.group(1)]))
+    if not mtu:
         raise LabError(f"server {shell.server.name}: no route to {remote}: {route.strip()}")
-    link = shell.run(["ip", "-o", "link", "show", "dev", dev.group(1)])
-    return int(re.search(r"\bmtu (\d+)", link).group(1))
+    return int(mtu.group(1))
 
 
 class VxlanLink:
