@@ -36,3 +36,15 @@ def test_the_sync_bound_is_the_worst_pair():
     # b against c: |30 - -20| + (100 + 40) / 2
     assert sync_bound_us(c) == 120
     assert sync_bound_us(c[:1]) == 0
+
+
+def test_a_tunnel_end_gets_address_mtu_state_and_emulation_in_one_batch_per_tool():
+    from lab.links import end_commands
+    from lab.tc import LinkParams
+
+    lines = end_commands("leaf1-vx0", LinkParams(bw=50, loss=1), "10.254.0.0/31", mtu=1450)
+    assert lines["ip"] == ["addr add 10.254.0.0/31 dev leaf1-vx0",
+                           "link set dev leaf1-vx0 mtu 1450", "link set dev leaf1-vx0 up"]
+    assert lines["tc"][0] == "qdisc add dev leaf1-vx0 root handle 1: htb default 1"
+    assert "htb rate 50000000bit ceil 50000000bit" in lines["tc"][1]
+    assert any("numgen random" in x for x in lines["nft"])
