@@ -1,8 +1,10 @@
 """Remove the leftovers of crashed labs, found by name prefix only.
 
-For lab NAME: processes inside its namespaces (``nslab-NAME-*``) or its cgroups
-(``nslab-NAME``) are killed by PID (they are the lab's by construction), then the namespace
-names, the cgroups and the state directory are removed. Nothing is matched by process name.
+For lab NAME: first its namespaces and their processes on each remote server it was split
+across (``lab.servers``); then here, processes inside its namespaces (``nslab-NAME-*``) or its
+cgroups (``nslab-NAME``) are killed by PID (they are the lab's by construction), then the
+namespace names, the cgroups and the state directory are removed. Nothing is matched by
+process name.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from lab.cgroups import Cgroups
 from lab.lab import lab_netns
 from lab.names import PREFIX, STATE_ROOT, state_dir
 from lab.netlink import remove_netns
+from lab.servers import clean_remote
 
 
 def labs_present() -> list[str]:
@@ -52,8 +55,14 @@ def pids_in_netns(inodes: set[int]) -> list[int]:
 
 
 def clean(lab: str, dry_run: bool = False) -> list[str]:
-    """Remove lab ``lab``'s leftovers; returns what was (or, dry, would be) removed."""
-    done: list[str] = []
+    """Remove lab ``lab``'s leftovers, on its remote servers too; returns what was (or, dry,
+    would be) removed.
+
+    Raises:
+        LabError: a remote server could not be reached or cleaned (nothing here is removed,
+            so its record stays for the next try).
+    """
+    done = clean_remote(lab, dry_run)
     names = lab_netns(lab)
     inodes = {_netns_inode(n) for n in names}
     for pid in pids_in_netns(inodes) if inodes else []:

@@ -25,6 +25,28 @@ def ifb_name(ifname: str) -> str:
     return ("i" + ifname)[:15]
 
 
+def end_commands(ifname: str, shaping: tc.LinkParams, ip: str | None = None, up: bool = True,
+                 shape: bool = True, mtu: int | None = None) -> dict[str, list[str]]:
+    """The ``ip``, ``tc`` and ``nft`` batch lines (by tool) that configure one end of a shaped
+    link in its namespace: address (``"10.254.0.0/31"``), MTU (bytes), GSO off where a queue
+    limit or netem counts packets, state, and ``shaping``'s egress emulation (``shape``: False
+    where it is emulated elsewhere, a VM's vNIC) and loss (``lab.tc``)."""
+    lines: dict[str, list[str]] = {"ip": [], "tc": [], "nft": []}
+    if ip:
+        lines["ip"].append(f"addr add {ip} dev {ifname}")
+    if mtu is not None:
+        lines["ip"].append(f"link set dev {ifname} mtu {mtu}")
+    if shaping.max_queue_size is not None or shaping.netem_fields():
+        lines["ip"].append(f"link set dev {ifname} gso_max_segs 1")
+    if up:
+        lines["ip"].append(f"link set dev {ifname} up")
+    if shape:
+        lines["tc"] += tc.shape_commands(ifname, shaping)
+    if shaping.loss:
+        lines["nft"] += tc.drop_commands(ifname, shaping.loss)
+    return lines
+
+
 class ShapedIntf(Intf):
     """One end of a shaped link; ``shaping`` (a ``tc.LinkParams``) is what its outgoing
     direction emulates now, on ``shaper_node``'s interface ``shaper_name`` (this interface,
@@ -37,18 +59,12 @@ class ShapedIntf(Intf):
         self.shaping = tc.LinkParams(bw, delay, jitter, loss, reorder, max_queue_size)
         self.shaping.validate()
         self.shaper_node, self.shaper_name = self.node, self.name
-        batch = self.node.batch
         if ip:
             self.ip, self.prefixLen = ip.split("/") if "/" in ip else (ip, "8")
-            batch["ip"].append(f"addr add {self.ip}/{self.prefixLen} dev {self.name}")
-        if max_queue_size is not None or self.shaping.netem_fields():
-            batch["ip"].append(f"link set dev {self.name} gso_max_segs 1")
-        if up:
-            batch["ip"].append(f"link set dev {self.name} up")
-        if not getattr(self.node, "owns_nic", False):
-            batch["tc"] += tc.shape_commands(self.name, self.shaping)
-        if loss:
-            batch["nft"] += tc.drop_commands(self.name, loss)
+        lines = end_commands(self.name, self.shaping, ip and f"{self.ip}/{self.prefixLen}", up,
+                             shape=not getattr(self.node, "owns_nic", False))
+        for tool, batch in lines.items():
+            self.node.batch[tool] += batch
         return {}
 
     @property

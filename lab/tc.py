@@ -301,6 +301,13 @@ def drop_commands(ifname: str, percent: float, tag: str = "loss") -> list[str]:
     return lines
 
 
+def batch_argv(netns: str, tool: str) -> list[str]:
+    """The command that reads ``tc``, ``ip`` or ``nft`` lines on stdin and runs them in
+    namespace ``netns`` (on whichever server runs it)."""
+    return {"tc": ["tc", "-n", netns, "-batch", "-"], "ip": ["ip", "-n", netns, "-batch", "-"],
+            "nft": ["ip", "netns", "exec", netns, "nft", "-f", "-"]}[tool]
+
+
 def run_batch(netns: str, tool: str, lines: list[str]) -> None:
     """Run ``tc``, ``ip`` or ``nft`` lines in namespace ``netns`` in one process.
 
@@ -309,9 +316,8 @@ def run_batch(netns: str, tool: str, lines: list[str]) -> None:
     """
     if not lines:
         return
-    argv = {"tc": ["tc", "-n", netns, "-batch", "-"], "ip": ["ip", "-n", netns, "-batch", "-"],
-            "nft": ["ip", "netns", "exec", netns, "nft", "-f", "-"]}[tool]
-    r = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True)
+    r = subprocess.run(batch_argv(netns, tool), input="\n".join(lines) + "\n",
+                       capture_output=True, text=True)
     if r.returncode != 0:
         raise LabError(f"{tool} in {netns} failed: {r.stderr.strip()}")
 

@@ -1,6 +1,7 @@
 """Checks between a scenario's sections: times within its duration, names that exist in its
 topology, job ranks within its VMs, job sets and two_step that name real jobs, an ``lb``
-section on a leaf-spine it can run on.
+section on a leaf-spine it can run on, ``servers`` that can carry the topology split across
+them (``topo.split``).
 
 ``cross_check(sc, topo)`` runs on a scenario that may be partly invalid: a top-level section
 that failed validation is None, and so is an item of ``faults``, ``load`` or ``jobs`` that
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 from mininet.topo import Topo
 
 from session.explain import Explained, field_prefix
+from topo.split import Server, SplitError, split
 
 if TYPE_CHECKING:
     from session.scenario import Scenario
@@ -37,6 +39,7 @@ def cross_check(sc: Scenario, topo: Topo | None) -> list[Explained]:
     out += _cassini(sc)
     out += _two_step(sc)
     out += _lb(sc, topo)
+    out += _servers(sc, topo)
     return out
 
 
@@ -268,4 +271,20 @@ def _lb(sc: Scenario, topo: Topo | None) -> list[Explained]:
             out.append(Explained(("lb", "collectives"), f"halving_doubling needs a power-of-two "
                                                         f"number of VMs, the topology has {n}",
                                  "another vms_per_leaf or leaves, or leave it out"))
+    return out
+
+
+def _servers(sc: Scenario, topo: Topo | None) -> list[Explained]:
+    out = [Explained(("servers", i, "ssh"), "the first server is the one nslab runs on"
+                     if i == 0 else "a server after the first is reached over SSH",
+                     "leave ssh out" if i == 0 else "give its SSH target, root@ADDRESS")
+           for i, s in enumerate(sc.servers) if bool(s.ssh) != (i > 0)]
+    if topo is not None and (sc.servers or sc.server_placement):
+        servers = [s.server() for s in sc.servers] or [Server("local", "127.0.0.1")]
+        try:
+            split(topo, servers, sc.server_placement)
+        except SplitError as e:
+            out += [Explained(("server_placement",), p.removeprefix("placement: "))
+                    if p.startswith("placement: ") else Explained(("servers",), p)
+                    for p in e.problems]
     return out

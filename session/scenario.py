@@ -48,6 +48,7 @@ from session.explain import Explained, explain, file_path
 from session.load import Flow
 from session.topology import build
 from topo.placement import STRATEGIES
+from topo.split import Server
 from workloads.config import JobConfig
 
 BUILTIN_DIR = Path(__file__).parent / "scenarios"
@@ -122,6 +123,25 @@ class PlacementSpec(_Strict):
     vms_per_host: int = Field(1, gt=0, description="VMs per physical host")
     strategy: Literal[STRATEGIES] = "packed"  # type: ignore[valid-type]
     map: dict[str, str] | None = Field(None, description="explicit: VM -> physical host")
+
+
+class ServerSpec(_Strict):
+    """One server of a lab split across servers (``topo.split``): the first is the one nslab
+    runs on, the others are reached over SSH."""
+
+    address: str = Field(examples=["10.0.0.2"], description="its IPv4 address on the servers' "
+                         "network: the cut links' VXLAN underlay")
+    ssh: str = Field("", examples=["root@10.0.0.2"], description="SSH target (key "
+                     "authentication, root); empty for the first server")
+    name: str | None = Field(None, description="how server_placement names it (default: its "
+                             "address)")
+    nic_mbit: float | None = Field(None, gt=0, description="what its NIC carries per "
+                                   "direction, Mbit/s: the shaped cut links crossing it must "
+                                   "fit (not checked when empty)")
+
+    def server(self) -> Server:
+        """The ``topo.split.Server`` it describes."""
+        return Server(self.name or self.address, self.address, self.ssh, self.nic_mbit)
 
 
 class HostCpuSpec(_Strict):
@@ -324,6 +344,14 @@ class Scenario(_Strict):
     lb: LbSpec | None = Field(None, description="ECMP, spraying, REPS and Ethereal in turn on "
                               "one job per collective, symmetric and under link faults "
                               "(session.lb); runs after the jobs")
+    servers: list[ServerSpec] = Field(
+        default_factory=list, description="a lab split across servers (Mininet Cluster "
+        "Edition's model): routers dealt tier by tier, each VM with its leaf, only links "
+        "between routers cut (VXLAN tunnels, shaped at both ends), every NIC budget checked; "
+        "empty or one server: this machine")
+    server_placement: dict[str, str] = Field(
+        default_factory=dict, description="router -> server name, overriding the dealt "
+        "placement (a VM goes with its leaf)")
 
     def cassini_jobs(self) -> set[str]:
         """Names of the jobs that run in the cassini sets."""

@@ -30,7 +30,7 @@ from mininet.topo import Topo
 from contracts.events import Event, Fault, Source
 from lab.capabilities import probe
 from lab.capture import Capture
-from lab.errors import LabError
+from lab.errors import CapabilityError, LabError
 from lab.fidelity import FidelitySampler
 from lab.lab import Lab
 from lab.observe import LinkState, VmState, link_states, vm_states
@@ -49,7 +49,19 @@ LOAD_JOIN_S = 60.0
 
 def make_lab(scenario: Scenario, topo: Topo, name: str | None = None,
              progress: Callable[[str], None] | None = None) -> Lab:
-    """The ``Lab`` a scenario describes (not started; ``nslab up`` starts it alone)."""
+    """The ``Lab`` a scenario describes (not started; ``nslab up`` starts it alone).
+
+    Raises:
+        CapabilityError: the scenario splits the lab across servers, which the ``Lab`` does not
+            build yet (its placement is checked when the scenario loads).
+    """
+    if len(scenario.servers) > 1:
+        raise CapabilityError(
+            f"servers: this lab is split across {len(scenario.servers)} servers; its placement "
+            "and NIC budgets check out, but nslab's Lab does not yet start nodes, agents and "
+            "faults on remote servers (lab.servers and lab.tunnel build the servers' control "
+            "connections and the cut links; see docs/multi-server.md). Nothing was built: list "
+            "one server or none to run it here.")
     return Lab(topo, name=name or scenario.name, seed=scenario.seed, clocks=scenario.clocks,
                cpu_cores=scenario.hosts.cpu_cores, cpu_reserve=scenario.hosts.reserve,
                fabric=scenario.fabric.mode,

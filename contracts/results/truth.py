@@ -1,5 +1,6 @@
 """The results' ``truth`` section: what the lab injected, against which every estimate is
-scored (placements, the hosts' NICs, the VM clocks' parameters, the fault timeline).
+scored (placements, the hosts' NICs, the VM clocks' parameters, the fault timeline, the
+servers' clocks).
 
 Units: ns, s, ppm.
 """
@@ -47,6 +48,16 @@ class Segment(Model):
 class Clocks(Model):
     oscillators: dict[str, Oscillator] = Field(description="by physical host")
     vms: dict[str, list[Segment]] = Field(description="by VM: its clock segments")
+
+
+class ServerClock(Model):
+    """One server's clock against the first server's, from an NTP-style exchange at bring-up
+    (``lab.server_clock``): the sample of least round trip of several."""
+
+    server: str
+    offset_us: float = Field(description="its CLOCK_REALTIME - the first server's, us")
+    rtt_us: float = Field(description="round trip of that sample, us: the offset is within "
+                                      "half of it")
 
 
 class FaultEvent(Model):
@@ -98,3 +109,10 @@ class TruthSection(Model):
                                      "vswitch_delay_us or vswitch)")
     clocks: Clocks
     faults: list[FaultEvent] = Field(description="the fault timeline, in time order")
+    servers: list[ServerClock] = Field(
+        default_factory=list, description="a lab split across servers: each server's clock "
+        "against the first's (empty on one server)")
+    server_sync_us: float = Field(
+        0.0, description="us: how far two servers' truths may disagree (the largest "
+        "|offset_i - offset_j| + (rtt_i + rtt_j) / 2 over server pairs); a score comparing "
+        "events on different servers is good to this bound. 0 on one server: one clock")
