@@ -66,7 +66,7 @@ test: setup docs
 	$(BIN)/python -m pytest -q -ra tests/integration
 
 docs: setup
-	$(BIN)/mkdocs build --strict -q -d build/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -q -d build/site
 
 unit: setup
 	$(BIN)/python -m pytest -q -ra -n 2 tests/unit

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 
 from mininet.log import setLogLevel
+from record import record
 
 from lab import Lab
 from session import jobs
@@ -37,6 +38,7 @@ def main() -> None:
                      fabric_bw=args.bw * 2)
     print(f"{'collective':15s} {'bytes':>9s} {'time ms':>9s} {'algbw Mb/s':>10s} "
           f"{'busbw Mb/s':>10s} {'busbw/link':>10s} verified")
+    rows = []
     with Lab(topo, name="bench_coll") as lab:
         vms = jobs.naive([v.name for v in lab.vms], args.ranks)
         for collective in COLLECTIVES:
@@ -46,10 +48,24 @@ def main() -> None:
                 e = jobs.run(lab, f"{collective}{size}", cfg, vms)
                 if e["error"]:
                     print(f"{collective:15s} {size:9d} error: {e['error']}")
+                    rows.append({"collective": collective, "bytes": size,
+                                 "verified": f"error: {e['error']}"})
                     continue
                 alg, bus = e["algbw_bit_s"] / 1e6, e["busbw_bit_s"] / 1e6
                 print(f"{collective:15s} {size:9d} {e['comm_s']['mean'] * 1e3:9.2f} "
                       f"{alg:10.1f} {bus:10.1f} {bus / args.bw:10.3f} {e['verified']}")
+                rows.append({"collective": collective, "bytes": size,
+                             "time ms": round(e["comm_s"]["mean"] * 1e3, 2),
+                             "algbw Mbit/s": round(alg, 1), "busbw Mbit/s": round(bus, 1),
+                             "busbw / link": round(bus / args.bw, 3),
+                             "verified": e["verified"]})
+    record("collectives", "Collectives: bus bandwidth against the link rate (nccl-tests' "
+           "definitions)", ["collective", "bytes", "time ms", "algbw Mbit/s", "busbw Mbit/s",
+                            "busbw / link", "verified"], rows,
+           f"{args.ranks} ranks under different leaves, VM links {args.bw:g} Mbit/s, "
+           f"{args.iterations} iterations after 1 warm-up; time: the mean of the slowest rank. "
+           "Rooted collectives over TCP show rank-averaged bandwidths above the link rate "
+           "(a sender is done once its data is in socket buffers): read their time.")
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ will be loaded into. A wheel built on one machine fits none of those on another;
 the machine that runs the lab, they fit it. So ``pip install`` never needs a compiler (the
 parts without root, ``nslab schema``, ``run --check``, ``report`` and a TUI replay, work
 anywhere), and wheel, sdist, ``git+`` and an editable checkout take one path. The first lab
-pays for it once (about a second per part); ``nslab doctor`` builds them and says where they
-came from.
+pays for it once (one to two seconds per part on a 2-core machine); ``nslab doctor`` builds
+them and says where they came from.
 
 Where: ``$NSLAB_CACHE`` when set; as root ``/var/cache/nslab`` (``sudo -E`` would otherwise
 leave root's files in a user's ``~/.cache``); else ``$XDG_CACHE_HOME/nslab`` or
