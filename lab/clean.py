@@ -37,6 +37,18 @@ def labs_present() -> list[str]:
     return sorted(n for n in names if n)
 
 
+def stale_probes() -> list[str]:
+    """Capability-probe namespaces (``nslab-probe-<pid>``, ``lab.capabilities``) whose process
+    is gone: a probe killed before it removed its namespace."""
+    try:
+        names = os.listdir("/run/netns")
+    except FileNotFoundError:
+        return []
+    pid = f"{PREFIX}-probe-"
+    return sorted(n for n in names if n.startswith(pid) and n[len(pid):].isdigit()
+                  and not os.path.exists(f"/proc/{n[len(pid):]}"))
+
+
 def _netns_inode(name: str) -> int:
     return os.stat(os.path.join("/run/netns", name)).st_ino
 

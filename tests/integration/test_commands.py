@@ -149,6 +149,25 @@ def test_clean_removes_a_crashed_lab():
     assert not os.path.exists("/run/nslab/it_crash")
 
 
+def test_clean_probe_removes_a_killed_probes_namespace():
+    """A capability probe killed before its teardown leaves ``nslab-probe-<pid>``; ``nslab
+    clean probe`` removes it once that process is gone, and leaves a live one's alone."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead, live = f"nslab-probe-{gone.pid}", f"nslab-probe-{os.getpid()}"
+    for ns in (dead, live):
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        r = nslab("clean", "probe", "--dry-run")
+        assert f"would remove netns {dead}" in r.stdout and live not in r.stdout, r.stdout
+        assert nslab("clean", "probe").returncode == 0
+        names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert dead not in names and live in names
+    finally:
+        for ns in (dead, live):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
 def test_up_opens_mininet_cli_and_tears_down(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(SCENARIO.replace("it_cli", "it_up"))
