@@ -31,10 +31,12 @@ from pydantic import (
 
 from contracts.enums import AllReduceAlgo, CongestionControl, HostBalancer
 from workloads import collectives as coll
+from workloads import traces
 from workloads.schedule import Schedule
 from workloads.transport import PathHints, parse_address
 
 DDP = "ddp"
+TRACE = "trace"  # a trace job's collective: its ranks replay the file given in ``trace``
 DDP_LABEL = "ddp (torch gloo; gradient all_reduce)"
 DEFAULT_BYTES = 1 << 20
 DEFAULT_HIDDEN = 256
@@ -43,6 +45,10 @@ IN_FEATURES, OUT_FEATURES, BATCH = 64, 8, 32
 # fields the DDP workload does not use: they must keep their defaults in a ddp job
 NCCL_ONLY = ("dtype", "op", "root", "compute_units", "gpu_s", "conns_per_peer", "src_port_base",
              "dscp", "cc", "connect_timeout_s", "schedule", "balancer", "algo")
+# fields a trace job does not use (its sizes and compute come from the trace)
+NOT_FOR_TRACE = ("bytes", "count", "dtype", "op", "root", "compute_units", "gpu_s", "hidden",
+                 "schedule")
+TRACE_ONLY = ("trace_format", "trace_clock_ghz", "trace_compute_scale", "trace_bytes_scale")
 
 
 def ddp_params(hidden: int) -> int:
@@ -123,11 +129,30 @@ class JobConfig(BaseModel):
         None, description="iteration slots (CASSINI's time shift, workloads.schedule): "
         "iteration i starts no earlier than start_ns + shift_s + i * period_s on the reference "
         "clock, read through each rank's VM clock and offset (default: back to back)")
+    trace: str | None = Field(
+        None, description="replay this workload trace instead of one collective "
+        "(workloads.traces): an ASTRA-sim text workload or a Chakra trace's prefix "
+        "(PREFIX.RANK.et, one file per rank), a path or a built-in trace's name; the job's "
+        "collective is then 'trace', iterations are training passes", examples=[
+            "Resnet50_DataParallel.txt"])
+    trace_format: Literal["auto", "astra", "chakra"] = Field(
+        "auto", description="trace only: the trace's format (auto: from its content)")
+    trace_clock_ghz: float = Field(
+        1.0, gt=0, le=100, description="trace only: the modelled accelerator's clock, GHz "
+        "(ASTRA-sim's cycles; its examples assume 1 GHz)")
+    trace_compute_scale: float = Field(
+        1.0, gt=0, le=1e6, description="trace only: every compute time (and ASTRA-sim's "
+        "update delays) times this, on the VM clock")
+    trace_bytes_scale: float = Field(
+        1.0, gt=0, le=1e3, description="trace only: every collective and send/recv size times "
+        "this (whole float32 elements, at least one per rank); to keep the modelled cluster's "
+        "compute/communication ratio: trace_compute_scale * lab link bit/s / modelled link "
+        "bit/s (workloads.traces.scale_for)")
 
     @field_validator("collective")
     @classmethod
     def _collective(cls, v: str) -> str:
-        if v == DDP:
+        if v in (DDP, TRACE):
             return v
         try:
             return coll.collective_name(v)
@@ -151,8 +176,18 @@ class JobConfig(BaseModel):
             raise ValueError(f"op: unknown {v!r}; expected one of {', '.join(coll.OPS)}")
         return v
 
+    @field_validator("trace")
+    @classmethod
+    def _trace(cls, v: str | None) -> str | None:
+        return v if v is None else traces.resolve(v)
+
     @model_validator(mode="after")
     def _consistent(self) -> JobConfig:
+        if self.trace is not None or self.collective == TRACE:
+            return self._trace_job()
+        for name in TRACE_ONLY:
+            if getattr(self, name) != type(self).model_fields[name].default:
+                raise ValueError(f"{name}: only for a trace job (give trace: PATH)")
         if self.collective == DDP:
             for name in ("bytes", "count"):
                 if getattr(self, name) is not None:
@@ -170,10 +205,7 @@ class JobConfig(BaseModel):
         if self.algo != "ring" and self.collective != "all_reduce":
             raise ValueError(f"algo: {self.algo} is an all_reduce algorithm, not one of "
                              f"{self.collective}")
-        if self.balancer != "none" and (self.dscp or self.conns_per_peer < 2):
-            raise ValueError(f"balancer: {self.balancer} sets DSCP 1..conns_per_peer itself and "
-                             "needs one connection per path: give conns_per_peer >= 2 (the "
-                             "fabric's spines) and no dscp")
+        self._check_balancer()
         if self.bytes is not None and self.count is not None:
             raise ValueError("bytes, count: give at most one of them (bytes: nccl-tests size; "
                              "count: NCCL count in elements)")
@@ -182,6 +214,26 @@ class JobConfig(BaseModel):
                              f"{', '.join(o for o in coll.OPS if o != 'avg')}")
         if self.bytes is None and self.count is None:
             self.bytes = DEFAULT_BYTES
+        return self
+
+    def _check_balancer(self) -> None:
+        if self.balancer != "none" and (self.dscp or self.conns_per_peer < 2):
+            raise ValueError(f"balancer: {self.balancer} sets DSCP 1..conns_per_peer itself and "
+                             "needs one connection per path: give conns_per_peer >= 2 (the "
+                             "fabric's spines) and no dscp")
+
+    def _trace_job(self) -> JobConfig:
+        if self.trace is None:
+            raise ValueError("collective: trace needs trace: PATH (the workload to replay)")
+        if "collective" in self.model_fields_set and self.collective != TRACE:
+            raise ValueError(f"collective: give either collective ({self.collective}) or trace, "
+                             "not both")
+        for name in NOT_FOR_TRACE:
+            if getattr(self, name) != type(self).model_fields[name].default:
+                raise ValueError(f"{name}: not used by a trace job (its sizes and compute come "
+                                 "from the trace); remove it")
+        self._check_balancer()
+        self.collective = TRACE
         return self
 
     @property
@@ -213,6 +265,12 @@ class JobConfig(BaseModel):
             raise ValueError(f"root: {self.root} is outside 0..{world - 1} ({world} ranks)")
         if self.collective == DDP:
             return ddp_params(self.hidden or DEFAULT_HIDDEN)
+        if self.collective == TRACE:
+            try:
+                traces.check(self.trace or "", self.trace_format, world)
+            except (OSError, ValueError) as e:
+                raise ValueError(f"trace: {e}") from None
+            return 0
         try:
             coll.check_algo(self.algo, world)
         except ValueError as e:
@@ -238,7 +296,10 @@ class JobConfig(BaseModel):
 
     def size_for(self, world: int) -> int:
         """nccl-tests' size in bytes on ``world`` ranks (``bytes`` rounded down to whole
-        elements per rank). Raises ValueError as ``count_for``."""
+        elements per rank; 0 for a trace job, whose sizes are per operation). Raises
+        ValueError as ``count_for``."""
+        if self.collective == TRACE:
+            return self.count_for(world)
         return coll.size_bytes(self.algorithm, world, self.count_for(world),
                                coll.dtype_of(self.dtype).itemsize)
 

@@ -323,7 +323,8 @@ def _config_error(text: str, message: str) -> dict:
 
 
 def main(argv: Sequence[str] | None = None, run: RunRank = run_worker,
-         parser: argparse.ArgumentParser | None = None) -> int:
+         parser: argparse.ArgumentParser | None = None,
+         document: Callable[[WorkerConfig], dict] = base_document) -> int:
     """The CLI: read the configuration, run, report; returns the exit status.
 
     Args:
@@ -331,6 +332,8 @@ def main(argv: Sequence[str] | None = None, run: RunRank = run_worker,
         run: the rank's program, ``run(cfg, doc=doc, log=log)`` filling ``doc`` (default
             ``run_worker``; ``workloads.ddp`` passes its trainer).
         parser: the argument parser (default ``build_parser()``).
+        document: the report before anything ran (default ``base_document``;
+            ``workloads.traces.replay`` passes its own).
     """
     args = (parser or build_parser()).parse_args(argv)
     if args.schema:
@@ -342,7 +345,7 @@ def main(argv: Sequence[str] | None = None, run: RunRank = run_worker,
         doc = _config_error(args.config, cfg)
         reporter.emit(doc)
         return exit_status(doc)
-    doc = base_document(cfg)
+    doc = document(cfg)
     limit_s = cfg.job.timeout_s + WATCHDOG_GRACE_S
 
     def watchdog() -> None:
