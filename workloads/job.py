@@ -1,6 +1,7 @@
 """Launch a job: N rank processes, one per rank, and summarize their reports.
 
-``Job`` starts ``[python, -m, workloads.worker (workloads.ddp for ddp), --config JSON]`` for
+``Job`` starts ``[python, -m, workloads.worker (workloads.ddp for ddp, workloads.traces.replay
+for a trace job), --config JSON]`` for
 every rank through ``spawn(rank, argv, **popen_kwargs)`` (``local_spawn``: a local process in a
 new session; the lab passes one that starts the process inside the rank's VM), waits for all of
 them with a timeout, and returns a summary (schema ``nslab.job/1``) whose core fields are the
@@ -15,7 +16,10 @@ them with a timeout, and returns a summary (schema ``nslab.job/1``) whose core f
     slowest rank's duration), iteration_times_s and comm_times_s (per timed iteration, in
     order, its slowest rank's duration, s), algbw_bit_s and busbw_bit_s (nccl-tests: size /
     mean collective time, averaged over ranks as its default ``-a 1``; busbw = algbw * bus_factor),
-    bus_factor, wall_s (launch to last exit, host clock), verified (every rank verified every
+    bus_factor, trace (a trace job's operations, layers and passes,
+    ``traces.summary``; None for other jobs, whose nccl_name, count, bytes, dtype, bus_factor
+    and bandwidths are then None, and comm_s the communication not hidden behind compute),
+    wall_s (launch to last exit, host clock), verified (every rank verified every
     iteration), error (None, or the ranks' errors with root causes first: ranks without a
     report, then config/unreachable/timeout, then lost peers), failed_ranks, ranks (per rank:
     rank, host, pid, exit_code, killed, verified, error, error_kind), workers (the raw
@@ -57,6 +61,7 @@ from workloads import collectives as coll
 from workloads.config import (
     DDP,
     DDP_LABEL,
+    TRACE,
     JobConfig,
     WorkerConfig,
     as_job_config,
@@ -64,6 +69,7 @@ from workloads.config import (
     read_json_argument,
 )
 from workloads.stats import percentiles
+from workloads.traces import summary as trace_summary
 from workloads.worker import SCHEMA as WORKER_SCHEMA
 
 if TYPE_CHECKING:
@@ -155,7 +161,8 @@ class Job:
     def worker_argv(self, rank: int) -> list[str]:
         """The argv of rank ``rank``: the interpreter, the rank's module and its
         ``WorkerConfig`` as JSON."""
-        module = "workloads.ddp" if self.config.collective == DDP else "workloads.worker"
+        module = {DDP: "workloads.ddp", TRACE: "workloads.traces.replay"}.get(
+            self.config.collective, "workloads.worker")
         cfg = self.rank_config.model_copy(update={"rank": rank})
         return [sys.executable, "-m", module, "--config", cfg.model_dump_json()]
 
@@ -310,9 +317,10 @@ class Job:
                 row["error"] = f"rank {row['rank']}: not verified"
         ok = not failed and all(d is not None for d in docs)
         c, algorithm = self.config, self.config.algorithm
-        size = self.rank_config.nbytes
-        factor = coll.bus_factor(algorithm, self.world)
-        completion = iteration = comm = algbw = busbw = None
+        trace = c.collective == TRACE
+        size = None if trace else self.rank_config.nbytes
+        factor = None if trace else coll.bus_factor(algorithm, self.world)
+        completion = iteration = comm = algbw = busbw = replayed = None
         times = {"iteration_times_s": None, "comm_times_s": None}
         if ok:
             good = [d for d in docs if d is not None]
@@ -323,7 +331,10 @@ class Job:
             times = {"iteration_times_s": iterations.tolist(),
                      "comm_times_s": comms.max(axis=0).tolist()}
             t = float(comms.mean(axis=1).mean())
-            if t > 0:
+            if trace:
+                replayed = trace_summary.summarize(good, c.trace or "", c.trace_clock_ghz,
+                                                   c.trace_compute_scale, c.trace_bytes_scale)
+            elif t > 0 and size is not None and factor is not None:
                 algbw = 8.0 * size / t
                 busbw = algbw * factor
         causes = sorted(failed, key=lambda row: (
@@ -332,9 +343,10 @@ class Job:
         return {
             "schema": SCHEMA, "name": self.name,
             "collective": DDP_LABEL if c.collective == DDP else c.collective,
-            "nccl_name": coll.NCCL_NAMES[algorithm], "world": self.world,
+            "nccl_name": None if trace else coll.NCCL_NAMES[algorithm], "world": self.world,
             "placement": {str(r): self.placement.get(r) for r in range(self.world)},
-            "count": self.count, "bytes": size, "dtype": c.dtype,
+            "count": None if trace else self.count, "bytes": size,
+            "dtype": None if trace else c.dtype,
             "op": c.op if algorithm in coll.REDUCING else None,
             "root": c.root if algorithm in coll.ROOTED else None,
             "iterations": c.iterations, "warmup": c.warmup,
@@ -343,7 +355,7 @@ class Job:
             "balancer": c.balancer, "tcp": tcp_totals(docs),
             "completion_s": completion, "iteration_s": iteration, "comm_s": comm, **times,
             "algbw_bit_s": algbw, "busbw_bit_s": busbw, "bus_factor": factor,
-            "wall_s": wall_s, "verified": ok,
+            "trace": replayed, "wall_s": wall_s, "verified": ok,
             "error": "; ".join(row["error"] for row in causes) if causes else None,
             "failed_ranks": sorted(row["rank"] for row in failed),
             "ranks": ranks, "workers": docs,
