@@ -25,8 +25,9 @@ PlacementKind = Literal[PlacementPolicy, "explicit"]
 
 BalancerMode = Literal["ecmp", "spray", "reps", "ethereal"]
 """ECMP and packet spraying (the fabric alone); REPS and Ethereal (the hosts' balancer)."""
-LbCollective = Literal["all_to_all", "halving_doubling", "ring"]
-"""The load-balancer comparison's jobs: AllToAll, or an AllReduce algorithm."""
+LbCollective = Literal["all_to_all", "halving_doubling", "ring", "trace"]
+"""The load-balancer comparison's jobs: AllToAll, an AllReduce algorithm, or the section's
+trace replayed."""
 AllReduceAlgo = Literal["ring", "halving_doubling"]
 """AllReduce algorithms."""
 LbCase = Literal["symmetric", "link_down", "degraded"]

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from mininet.topo import Topo
 
 from session.explain import Explained, field_prefix
+from session.lb import job_config
 from topo.split import Server, SplitError, split
 
 if TYPE_CHECKING:
@@ -271,6 +272,8 @@ def _lb(sc: Scenario, topo: Topo | None) -> list[Explained]:
             out.append(Explained(("lb", "collectives"), f"halving_doubling needs a power-of-two "
                                                         f"number of VMs, the topology has {n}",
                                  "another vms_per_leaf or leaves, or leave it out"))
+        if sc.lb.trace is not None:
+            out += _lb_trace(sc, n)
     return out
 
 
@@ -288,3 +291,12 @@ def _servers(sc: Scenario, topo: Topo | None) -> list[Explained]:
                     if p.startswith("placement: ") else Explained(("servers",), p)
                     for p in e.problems]
     return out
+
+
+def _lb_trace(sc: Scenario, n: int) -> list[Explained]:
+    """The ``lb`` section's trace loads and fits the topology's ``n`` VMs."""
+    try:
+        job_config(sc.lb, "ecmp", "trace").count_for(n)
+    except ValueError as e:
+        return [Explained(("lb", "trace"), str(e).removeprefix("trace: "))]
+    return []

@@ -109,7 +109,7 @@ def finish(lab: Lab, job: Job) -> dict:
               error=summary["error"])
     keep = ("name", "collective", "nccl_name", "world", "bytes", "dtype", "iterations",
             "compute_units", "compute", "completion_s", "iteration_s", "comm_s", "algbw_bit_s",
-            "busbw_bit_s", "wall_s", "verified", "error", "failed_ranks")
+            "busbw_bit_s", "wall_s", "verified", "error", "failed_ranks", "trace")
     entry = {k: summary[k] for k in keep}
     for k in ("iteration_times_s", "comm_times_s"):
         entry[k] = summary[k] and downsample(summary[k], JOB_SERIES_POINTS, how="max")

@@ -117,9 +117,16 @@ def uplink_rate(spec: LbSpec, topo_spec, oversubscription: float) -> float:
 
 
 def job_config(spec: LbSpec, mode: str, collective: str) -> JobConfig:
-    """The job one run of the section starts."""
-    return JobConfig(**COLLECTIVES[collective], bytes=spec.bytes, iterations=spec.iterations,
-                     warmup=1, conns_per_peer=spec.conns_per_peer, balancer=MODES[mode][1],
+    """The job one run of the section starts (collective ``trace``: the section's trace).
+
+    Raises:
+        ValueError: the section's trace does not load.
+    """
+    what = ({"trace": spec.trace, "trace_compute_scale": spec.trace_compute_scale,
+             "trace_bytes_scale": spec.trace_bytes_scale} if collective == "trace" else
+            {**COLLECTIVES[collective], "bytes": spec.bytes})
+    return JobConfig(**what, iterations=spec.iterations, warmup=1,
+                     conns_per_peer=spec.conns_per_peer, balancer=MODES[mode][1],
                      timeout_s=spec.timeout_s)
 
 

@@ -49,6 +49,7 @@ from session.load import Flow
 from session.topology import build
 from topo.placement import STRATEGIES
 from topo.split import Server
+from workloads import traces
 from workloads.config import JobConfig
 
 BUILTIN_DIR = Path(__file__).parent / "scenarios"
@@ -291,7 +292,8 @@ class LbSpec(_Strict):
         "ethereal: the hosts' balancer over DSCP-pinned paths (fabric mode entropy)")
     collectives: list[LbCollective] = Field(
         default_factory=lambda: ["all_to_all", "halving_doubling", "ring"], min_length=1,
-        description="all_to_all; halving_doubling or ring: AllReduce algorithms")
+        description="all_to_all; halving_doubling or ring: AllReduce algorithms; trace: the "
+        "section's trace replayed (its collectives' sizes, not bytes)")
     cases: list[LbCase] = Field(
         default_factory=lambda: ["symmetric", "link_down", "degraded"], min_length=1,
         description="symmetric; link_down: `link` down mid-job (up again after); degraded: "
@@ -311,6 +313,23 @@ class LbSpec(_Strict):
                            "bytes the link's leaf moved on its uplinks in the mode's symmetric "
                            "run (warm-up included), counted from the job's launch")
     timeout_s: float = Field(60.0, gt=0, le=3600, description="each job's timeout, s")
+    trace: str | None = Field(None, description="collective trace: the workload trace replayed "
+                              "(a job's trace: a path or a built-in trace's name)")
+    trace_compute_scale: float = Field(1.0, gt=0, le=1e6, description="collective trace: the "
+                                       "job's trace_compute_scale")
+    trace_bytes_scale: float = Field(1.0, gt=0, le=1e3, description="collective trace: the "
+                                     "job's trace_bytes_scale")
+
+    @field_validator("trace")
+    @classmethod
+    def _resolve(cls, v: str | None) -> str | None:
+        return v if v is None else traces.resolve(v)
+
+    @model_validator(mode="after")
+    def _trace(self) -> LbSpec:
+        if ("trace" in self.collectives) != (self.trace is not None):
+            raise ValueError("trace: give a trace exactly when collectives lists trace")
+        return self
 
 
 class Scenario(_Strict):

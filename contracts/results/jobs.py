@@ -8,6 +8,7 @@ from pydantic import Field
 
 from contracts.base import Model
 from contracts.enums import ComputeKind, PacerMode, PlacementKind, Protocol
+from contracts.results.trace import TraceResult
 
 
 class LoadEntry(Model):
@@ -91,7 +92,8 @@ class JobEntry(Model):
     completion_s: float | None = Field(description="slowest rank's first-to-last timed "
                                                    "iteration, s (VM clocks)")
     iteration_s: Percentiles | None = Field(None, description="iteration time, s")
-    comm_s: Percentiles | None = Field(None, description="collective time, s")
+    comm_s: Percentiles | None = Field(None, description="collective time (trace jobs: "
+                                       "communication not hidden behind compute), s")
     iteration_times_s: list[float] | None = Field(
         None, description="per timed iteration in order, its slowest rank's time, s; at most "
         "1000 points (each the largest of a run of consecutive iterations when more)")
@@ -114,3 +116,5 @@ class JobEntry(Model):
     drops_by_link: dict[str, int] | None = Field(
         None, description="fabric_drops per link ('a-b', both ends), links without drops left "
         "out (null when it never started)")
+    trace: TraceResult | None = Field(None, description="a trace job's passes and operations "
+                                      "(null for other jobs, or when a rank failed)")

@@ -15,7 +15,7 @@ class LbRun(Model):
         description="ecmp, spray: the fabric alone; reps, ethereal: the hosts' balancer on the "
         "entropy fabric")
     collective: LbCollective = Field(
-        description="all_to_all, or an AllReduce algorithm")
+        description="all_to_all, an AllReduce algorithm, or the section's trace")
     case: LbCase
     oversubscription: float = Field(description="a leaf's VM rate / its uplink rate (1: 1:1)")
     completion_s: float | None = Field(description="the job's completion, s (VM clocks); "

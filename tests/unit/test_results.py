@@ -52,7 +52,8 @@ def test_dump_round_trips_the_real_document(doc):
     # no chrony, no pacers in this run; written before the series existed
     assert out["sync"] == {**doc["sync"], "chrony": None, "series": None}
     assert out["jobs"] == [{**j, "edge": None, "iteration_times_s": None, "comm_times_s": None,
-                            "fabric_drops": None, "drops_by_link": None, "compute": None}
+                            "fabric_drops": None, "drops_by_link": None, "compute": None,
+                            "trace": None}
                            for j in doc["jobs"]]
     assert out["lab"]["fidelity"]["series"] is None
     assert out["load"][0]["error"] is None and out["load"][0]["lost_percent"] is None
