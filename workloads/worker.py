@@ -154,22 +154,10 @@ def run_worker(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None =
         doc = base_document(cfg)
     clock = clock or Clock()
     doc["clock"] = "emulated" if clock.emulated else "system"
-    closed = False
     with reported(doc):
-        balancer = lb.make(job.balancer, rank, [parse_address(a)[0] for a in cfg.peers],
-                           job.conns_per_peer, seed=job.seed)
-        mesh = Mesh(rank, cfg.peers, conns_per_peer=job.conns_per_peer, hints=cfg.hints,
-                    job_id=cfg.name, connect_timeout=job.connect_timeout_s,
-                    deadline=t_start + job.timeout_s, cc=job.cc, balancer=balancer)
-        try:
-            if job.collective == DDP:
-                raise ConfigError("collective ddp runs with python -m workloads.ddp")
-            c0 = time.monotonic()
-            mesh.connect()
-            doc["connect_s"] = time.monotonic() - c0
-            doc["flows"] = mesh.flows()
-            log(f"rank {rank}: connected to {world - 1} peers "
-                f"({len(doc['flows'])} connections) in {doc['connect_s']:.3f} s")
+        if job.collective == DDP:
+            raise ConfigError("collective ddp runs with python -m workloads.ddp")
+        with connected(cfg, t_start, doc, log) as mesh:
             args = (job.collective, rank, world, cfg.count, job.dtype, job.op)
             sendbuf = coll.make_input(*args, seed=job.seed)
             want = coll.expected(*args, root=job.root, seed=job.seed)
@@ -205,19 +193,44 @@ def run_worker(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None =
                     problem = _mismatch(recvbuf, want, i)
                 if i >= job.warmup:
                     record(doc, t0, t1, t2, tc)
-            doc["tcp"] = mesh.tcp_totals()
-            doc["lb"] = balancer.stats()
-            mesh.close(graceful=True)
-            closed = True
-            if problem:
-                _fail(doc, "verify", problem)
-            else:
-                doc["verified"] = True
-            log(f"rank {rank}: done")
-        finally:
-            if not closed:
-                mesh.close(graceful=False)
+        if problem:
+            _fail(doc, "verify", problem)
+        else:
+            doc["verified"] = True
+        log(f"rank {rank}: done")
     return doc
+
+
+@contextlib.contextmanager
+def connected(cfg: WorkerConfig, t_start: float, doc: dict,
+              log: Callable[[str], None]) -> Iterator[Mesh]:
+    """The rank's mesh, connected to every peer with the job's balancer (``doc``:
+    connect_s, flows). Leaving the block normally fills ``doc``'s tcp and lb and closes the
+    mesh gracefully; an exception closes it at once and goes on.
+
+    Raises:
+        PeerUnreachableError, JobTimeoutError: from ``Mesh.connect``.
+    """
+    job = cfg.job
+    balancer = lb.make(job.balancer, cfg.rank, [parse_address(a)[0] for a in cfg.peers],
+                       job.conns_per_peer, seed=job.seed)
+    mesh = Mesh(cfg.rank, cfg.peers, conns_per_peer=job.conns_per_peer, hints=cfg.hints,
+                job_id=cfg.name, connect_timeout=job.connect_timeout_s,
+                deadline=t_start + job.timeout_s, cc=job.cc, balancer=balancer)
+    try:
+        c0 = time.monotonic()
+        mesh.connect()
+        doc["connect_s"] = time.monotonic() - c0
+        doc["flows"] = mesh.flows()
+        log(f"rank {cfg.rank}: connected to {cfg.world - 1} peers "
+            f"({len(doc['flows'])} connections) in {doc['connect_s']:.3f} s")
+        yield mesh
+    except BaseException:
+        mesh.close(graceful=False)
+        raise
+    doc["tcp"] = mesh.tcp_totals()
+    doc["lb"] = balancer.stats()
+    mesh.close(graceful=True)
 
 
 def record(doc: dict, t0: int, t1: int, t2: int, tc: int | None = None) -> None:

@@ -42,10 +42,9 @@ from workloads import accel, traces
 from workloads import collectives as coll
 from workloads.config import WorkerConfig
 from workloads.errors import ConfigError, JobTimeoutError, WorkloadError
-from workloads.lb import balancer as lb
 from workloads.traces.graph import Op, comm_order
-from workloads.transport import Mesh, parse_address
-from workloads.worker import SCHEMA, build_parser, record, reported
+from workloads.transport import Mesh
+from workloads.worker import SCHEMA, build_parser, connected, record, reported
 from workloads.worker import main as worker_main
 
 
@@ -307,32 +306,14 @@ def replay(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None = Non
                                        job.trace_compute_scale, job.trace_bytes_scale)
         except (OSError, ValueError) as e:
             raise ConfigError(f"trace: {e}") from None
-        balancer = lb.make(job.balancer, rank, [parse_address(a)[0] for a in cfg.peers],
-                           job.conns_per_peer, seed=job.seed)
-        mesh = Mesh(rank, cfg.peers, conns_per_peer=job.conns_per_peer, hints=cfg.hints,
-                    job_id=cfg.name, connect_timeout=job.connect_timeout_s,
-                    deadline=t_start + job.timeout_s, cc=job.cc, balancer=balancer)
-        closed = False
-        try:
-            c0 = time.monotonic()
-            mesh.connect()
-            doc["connect_s"] = time.monotonic() - c0
-            doc["flows"] = mesh.flows()
-            log(f"rank {rank}: connected; replaying {len(ops)} operations")
+        with connected(cfg, t_start, doc, log) as mesh:
             runner = Runner(ops, mesh, clock, t_start + job.timeout_s)
             runner.run()
             report(doc, ops, runner.times, info, job.warmup)
-            doc["tcp"] = mesh.tcp_totals()
-            doc["lb"] = balancer.stats()
-            mesh.close(graceful=True)
-            closed = True
-            if runner.stream.problem:
-                raise VerifyError(runner.stream.problem)
-            doc["verified"] = True
-            log(f"rank {rank}: done")
-        finally:
-            if not closed:
-                mesh.close(graceful=False)
+        if runner.stream.problem:
+            raise VerifyError(runner.stream.problem)
+        doc["verified"] = True
+        log(f"rank {rank}: done")
     return doc
 
 
