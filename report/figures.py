@@ -149,6 +149,41 @@ def iteration_times(doc: Results) -> go.Figure | None:
     return fig
 
 
+TRACE_COLOURS = {"compute": "#1f77b4", "collective": "#ff7f0e", "send": "#2ca02c",
+                 "recv": "#2ca02c", "delay": "#bbbbbb"}
+
+
+def trace_timeline(doc: Results) -> go.Figure | None:
+    """Every trace job's last timed pass per rank: one bar per operation from its start to
+    its end (s from the rank's pass start on its VM clock), coloured by kind, from
+    ``jobs[].trace.timeline``."""
+    jobs = [j for j in doc.jobs or [] if j.trace is not None]
+    if not jobs:
+        return None
+    fig = _figure("Trace jobs: the last pass per rank (compute, collectives, send/recv, "
+                  "delays)", xaxis_title="s from the pass start", barmode="overlay",
+                  height=max(LAYOUT["height"], 60 + 22 * sum(len(j.trace.timeline)
+                                                            for j in jobs)))
+    rows: dict[str, dict[str, list]] = {}
+    for j in jobs:
+        for tl in j.trace.timeline:
+            for i, start, end in tl.ops:
+                op = j.trace.ops[i]
+                r = rows.setdefault(op.kind, {"y": [], "base": [], "x": [], "text": []})
+                r["y"].append(f"{j.name} rank {tl.rank}")
+                r["base"].append(start)
+                r["x"].append(end - start)
+                r["text"].append(op.name)
+    for kind, r in rows.items():
+        fig.add_trace(go.Bar(y=r["y"], base=r["base"], x=r["x"], orientation="h", name=kind,
+                             hovertext=r["text"], marker_color=TRACE_COLOURS[kind],
+                             opacity=0.5 if kind == "collective" else 0.9,
+                             hovertemplate="%{hovertext}: %{base:.4f} + %{x:.4f} s"
+                                           "<extra></extra>"))
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
 def link_utilization(doc: Results) -> go.Figure | None:
     """Each shaped link direction's utilization (rate sent / configured rate, 0-1) over
     time, one row per direction, from ``lab.fidelity.series``."""
@@ -280,7 +315,8 @@ def comparisons(doc: Results) -> go.Figure | None:
 
 
 FIGURES = {"timeline": timeline, "clock_error": clock_error, "owd": owd_heatmap,
-           "iterations": iteration_times, "links": link_utilization, "cpu": cpu_busy,
+           "iterations": iteration_times, "trace": trace_timeline,
+           "links": link_utilization, "cpu": cpu_busy,
            "two_step": two_step, "cassini": cassini, "comparisons": comparisons}
 """Every plot of the report by its id (``report.page`` places them in its sections)."""
 

@@ -145,7 +145,7 @@ def _jobs(doc: Results, figs: Mapping) -> str:
         out += _p(f"collocation-aware placement: {number(cmp_.aware_s)} s against naive "
                   f"{number(cmp_.naive_s)} s (ratio {cmp_.ratio}); avoided shared hosts: "
                   f"{cmp_.aware_avoided_shared_hosts}")
-    return out + _figure(figs, "iterations")
+    return out + _figure(figs, "iterations") + _figure(figs, "trace")
 
 
 def _links(doc: Results, figs: Mapping) -> str:

@@ -21,6 +21,7 @@ from lab.series import downsample, runs
 from report import figures as F
 from report import page
 from report import text as T
+from workloads.traces.summary import summarize
 
 DATA = Path(__file__).parent / "data" / "quickstart_report_results.json"
 
@@ -230,3 +231,25 @@ def test_comparisons_in_text_page_and_plot(doc):
     assert len(pts) == 4 and min(pts) == pytest.approx(1.9 / 4.05)
     html = page.render(doc)
     assert "Comparisons" in html and "no_difference" in html and "better" in html
+
+
+def test_trace_jobs_draw_each_ranks_pass(doc):
+    ops = [{"id": 0, "name": "l1 fwd compute", "kind": "compute", "layer": "l1", "phase": "fwd",
+            "collective": None, "bytes": None, "group_size": None, "peer": None},
+           {"id": 1, "name": "l1 wg ALLREDUCE", "kind": "collective", "layer": "l1",
+            "phase": "wg", "collective": "all_reduce", "bytes": 800, "group_size": 2,
+            "peer": None}]
+    ranks = [{"rank": r, "iteration_s": [0.004], "compute_s": [0.001], "comm_s": [0.003],
+              "trace": {"info": {"format": "astra", "parallelism": "DATA", "layers": 1,
+                                 "model_parallel_group": None, "compute_s_per_pass": 0.001},
+                        "ops": ops, "times": [[[t0, t0 + 1_000_000],
+                                               [t0 + 1_000_000, t0 + 4_000_000]]]}}
+             for r, t0 in enumerate((10_000_000, 7_000_000_000))]
+    doc["jobs"][0]["trace"] = summarize(ranks, "w.txt", 1.0, 1.0, 1.0)
+    figs = F.figures(R.validate(doc))
+    bars = {t.name: t for t in figs["trace"].data}
+    assert set(bars) == {"compute", "collective"}
+    assert list(bars["collective"].y) == ["naive rank 0", "naive rank 1"]
+    assert list(bars["collective"].base) == [0.001, 0.001]  # each rank's own pass start
+    assert list(bars["collective"].x) == pytest.approx([0.003, 0.003])
+    assert 'id="fig-trace"' in page.render(doc)
