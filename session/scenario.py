@@ -23,6 +23,7 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -322,8 +323,8 @@ class LbSpec(_Strict):
 
     @field_validator("trace")
     @classmethod
-    def _resolve(cls, v: str | None) -> str | None:
-        return v if v is None else traces.resolve(v)
+    def _resolve(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return v if v is None else traces.resolve(v, (info.context or {}).get("base"))
 
     @model_validator(mode="after")
     def _trace(self) -> LbSpec:
@@ -421,7 +422,8 @@ def load(name_or_path: str | None) -> tuple[Scenario, Topo]:
     source = str(path)
     doc, found = read_mapping(path, "`name: mylab`")
     try:
-        sc = partial = Scenario.model_validate(doc.data)
+        # base: a job's trace path is relative to the scenario's folder
+        sc = partial = Scenario.model_validate(doc.data, context={"base": path.parent})
     except ValidationError as e:
         sc, partial = None, _salvage(doc.data, e.errors())
         found += explain(Scenario, e.errors())

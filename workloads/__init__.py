@@ -4,7 +4,7 @@ A job is N rank processes, one per VM. A collective job connects its ranks by a 
 rank runs one NCCL-style collective for a number of iterations on numpy buffers, separated by
 a compute phase of real CPU work, times every iteration with its VM clock and checks the
 result exactly against a local computation. A ddp job trains a small model with PyTorch
-DistributedDataParallel (gloo) instead.
+DistributedDataParallel (gloo) instead; a trace job replays an ASTRA-sim or Chakra workload.
 
 Modules:
     config:      ``JobConfig``, the one definition of a job's configuration (the scenario's
@@ -23,5 +23,7 @@ Modules:
     bulk:        a TCP transfer that ends when the receiver has every byte (a load-balanced
                  flow's piece, an incast sender), ``python -m workloads.bulk``.
     schedule:    iteration slots on the VM clock (CASSINI's time shift).
+    accel:       accelerator time on the VM clock (cycles at a clock rate, busy waits).
+    traces/:     trace jobs: ASTRA-sim and Chakra workloads replayed, one rank per VM.
     lb/:         load balancing from the hosts (path discovery, Ethereal, REPS).
 """

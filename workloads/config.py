@@ -25,6 +25,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -132,7 +133,8 @@ class JobConfig(BaseModel):
     trace: str | None = Field(
         None, description="replay this workload trace instead of one collective "
         "(workloads.traces): an ASTRA-sim text workload or a Chakra trace's prefix "
-        "(PREFIX.RANK.et, one file per rank), a path or a built-in trace's name; the job's "
+        "(PREFIX.RANK.et, one file per rank): a path (in a scenario, relative to its folder) "
+        "or a built-in trace's name; the job's "
         "collective is then 'trace', iterations are training passes", examples=[
             "Resnet50_DataParallel.txt"])
     trace_format: Literal["auto", "astra", "chakra"] = Field(
@@ -178,8 +180,8 @@ class JobConfig(BaseModel):
 
     @field_validator("trace")
     @classmethod
-    def _trace(cls, v: str | None) -> str | None:
-        return v if v is None else traces.resolve(v)
+    def _trace(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return v if v is None else traces.resolve(v, (info.context or {}).get("base"))
 
     @model_validator(mode="after")
     def _consistent(self) -> JobConfig:

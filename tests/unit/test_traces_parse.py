@@ -177,9 +177,17 @@ def test_trace_jobs_in_the_job_config():
         JobConfig(trace="diamond", bytes=1024)
     with pytest.raises(ValueError, match="trace_bytes_scale: only for a trace job"):
         JobConfig(trace_bytes_scale=0.1)
-    with pytest.raises(ValueError, match="built-in: Resnet50_DataParallel.txt, diamond.et, "
+    with pytest.raises(ValueError, match="built-in: Resnet50_DataParallel.txt, diamond, "
                                          "transformer_hybrid.txt"):
         JobConfig(trace="resnet")
+
+
+def test_a_scenario_trace_path_is_relative_to_its_folder(tmp_path):
+    (tmp_path / "mine.txt").write_text(open(HYBRID).read())
+    cfg = JobConfig.model_validate({"trace": "mine.txt"}, context={"base": tmp_path})
+    assert cfg.trace == str(tmp_path / "mine.txt")
+    assert JobConfig.model_validate({"trace": "diamond"}, context={"base": tmp_path}).trace \
+        == traces.resolve("diamond")
 
 
 def test_bytes_scale_keeps_the_modelled_ratio():

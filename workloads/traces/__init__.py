@@ -49,17 +49,18 @@ def scale_for(compute_scale: float, lab_bit_s: float, model_bit_s: float) -> flo
     return compute_scale * lab_bit_s / model_bit_s
 
 
-def resolve(path: str) -> str:
-    """The absolute path of a trace: ``path`` itself if it (or, for Chakra, its rank-0 file)
-    exists, else the built-in trace of that name (``DATA_DIR``).
+def resolve(path: str, base: str | Path | None = None) -> str:
+    """The absolute path of a trace: ``path`` if it (or, for Chakra, its rank-0 file) exists,
+    relative to ``base`` (a scenario's folder) or else to the current directory, else the
+    built-in trace of that name (``DATA_DIR``).
 
     Raises:
-        ValueError: neither exists (listing the built-in traces).
+        ValueError: none exists (listing the built-in traces).
     """
-    for p in (Path(path), DATA_DIR / path):
+    for p in (Path(base or ".") / path, Path(path), DATA_DIR / path):
         if p.is_file() or chakra.rank_files(p):
             return str(p.resolve())
-    names = sorted({f.name.split(".")[0] + (".et" if f.suffix == ".et" else f.suffix)
+    names = sorted({f.name if f.suffix == ".txt" else f.name.split(".")[0]
                     for f in DATA_DIR.iterdir() if f.suffix in (".txt", ".et")})
     raise ValueError(f"trace: no file {path!r} and no built-in trace of that name; built-in: "
                      f"{', '.join(names)} (a Chakra trace is named by its prefix, e.g. "
