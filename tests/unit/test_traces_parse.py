@@ -131,10 +131,10 @@ def test_shipped_diamond_is_what_the_builder_writes(tmp_path):
 def test_chakra_errors_name_the_node(tmp_path):
     bad = [node(1, "load", pb.MEM_LOAD_NODE)]
     with pytest.raises(ValueError, match=r"node 1 \(load\): MEM_LOAD_NODE is not replayed"):
-        chakra.to_ops(bad, 0, 1)
+        chakra.to_ops(bad, 1)
     pg = [node(1, "ar", pb.COMM_COLL_NODE, comm_type=pb.ALL_REDUCE, comm_size=8, pg_name="7")]
     with pytest.raises(ValueError, match="process group '7'"):
-        chakra.to_ops(pg, 0, 2)
+        chakra.to_ops(pg, 2)
     cyc = [node(1, "a", pb.COMP_NODE, data=[2]), node(2, "b", pb.COMP_NODE, data=[1])]
     chakra.write(tmp_path / "c.0.et", cyc)
     with pytest.raises(ValueError, match=r"dependency cycle among nodes \[1, 2\]"):

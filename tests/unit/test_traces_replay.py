@@ -31,7 +31,7 @@ class Clock:
 
 
 def test_runner_keeps_dependencies_and_one_kernel_at_a_time():
-    ops = chakra.to_ops(diamond_nodes(0, 1), 0, 1, passes=2, compute_scale=2.0)
+    ops = chakra.to_ops(diamond_nodes(0, 1), 1, passes=2, compute_scale=2.0)
     runner = Runner(ops, Alone(), Clock(), time.monotonic() + 10)
     runner.run()
     t = runner.times
@@ -96,7 +96,7 @@ def test_diamond_replays_in_dependency_order_on_loopback():
     cfg = JobConfig(trace="diamond", iterations=2, warmup=1, timeout_s=30)
     s = run_job("diamond", cfg, loopback_addresses(4))
     assert s["error"] is None and s["verified"], s["error"]
-    ops = chakra.to_ops(diamond_nodes(0, 4), 0, 4)
+    ops = chakra.to_ops(diamond_nodes(0, 4), 4)
     index = {op.id: i for i, op in enumerate(sorted(ops, key=lambda o: o.id))}
     for doc in s["workers"]:
         for times in doc["trace"]["times"]:

@@ -113,7 +113,7 @@ def ops_for(path: str, fmt: str, rank: int, world: int, passes: int, clock_ghz: 
             raise ValueError(f"trace: {len(files)} Chakra files for {world} ranks; give one "
                              f"file per rank ({path}.RANK.et)")
         try:
-            ops = chakra.to_ops(chakra.read(files[rank])[1], rank, world, passes,
+            ops = chakra.to_ops(chakra.read(files[rank])[1], world, passes,
                                 compute_scale, bytes_scale)
         except ValueError as e:
             raise ValueError(f"{files[rank]}: {e}") from None

@@ -124,7 +124,7 @@ def _type_name(t: int) -> str:
         return f"node type {t}"
 
 
-def _comm(node: Node, a: dict, rank: int, world: int, bytes_scale: float) -> dict:
+def _comm(node: Node, a: dict, world: int, bytes_scale: float) -> dict:
     size = a.get("comm_size")
     if not isinstance(size, int) or size < 0:
         raise ValueError(f"node {node.id} ({node.name}): comm_size {size!r} is not a byte count")
@@ -151,11 +151,11 @@ def _comm(node: Node, a: dict, rank: int, world: int, bytes_scale: float) -> dic
             "bytes": nbytes}
 
 
-def to_ops(nodes: Sequence[Node], rank: int, world: int, passes: int = 1,
+def to_ops(nodes: Sequence[Node], world: int, passes: int = 1,
            compute_scale: float = 1.0, bytes_scale: float = 1.0) -> list[Op]:
-    """Rank ``rank``'s graph: ``nodes`` replayed ``passes`` times, pass k's first nodes (those
-    without dependencies) after every last node (those nothing depends on) of pass k-1; op
-    ids are ``k * (max id + 1) + node id``.
+    """A rank's graph in a world of ``world`` ranks: its ``nodes`` replayed ``passes`` times,
+    pass k's first nodes (those without dependencies) after every last node (those nothing
+    depends on) of pass k-1; op ids are ``k * (max id + 1) + node id``.
 
     Raises:
         ValueError: an unsupported node type or attribute (naming the node).
@@ -169,7 +169,7 @@ def to_ops(nodes: Sequence[Node], rank: int, world: int, passes: int = 1,
             kw |= {"kind": "compute", "duration_ns": round(n.duration_micros * 1000 *
                                                            compute_scale)}
         elif n.type in (pb.COMM_COLL_NODE, pb.COMM_SEND_NODE, pb.COMM_RECV_NODE):
-            kw |= _comm(n, a, rank, world, bytes_scale)
+            kw |= _comm(n, a, world, bytes_scale)
         elif n.type == pb.METADATA_NODE:
             kw |= {"kind": "delay"}
         else:
