@@ -50,5 +50,9 @@ HostBalancer = Literal["none", "ethereal", "reps"]
 ComputeKind = Literal["accelerator", "cpu", "both", "none"]
 """What a job's ranks compute every iteration (``workloads.config.JobConfig.compute``)."""
 
+TraceFormat = Literal["auto", "astra", "chakra"]
+"""A trace job's file format: told by its content, an ASTRA-sim text workload, or Chakra
+execution traces (``workloads.traces``)."""
+
 Protocol = Literal["tcp", "udp"]
 """A load flow's transport."""

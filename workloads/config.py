@@ -30,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from contracts.enums import AllReduceAlgo, CongestionControl, HostBalancer
+from contracts.enums import AllReduceAlgo, CongestionControl, HostBalancer, TraceFormat
 from workloads import collectives as coll
 from workloads import traces
 from workloads.schedule import Schedule
@@ -137,7 +137,7 @@ class JobConfig(BaseModel):
         "or a built-in trace's name; the job's "
         "collective is then 'trace', iterations are training passes", examples=[
             "Resnet50_DataParallel.txt"])
-    trace_format: Literal["auto", "astra", "chakra"] = Field(
+    trace_format: TraceFormat = Field(
         "auto", description="trace only: the trace's format (auto: from its content)")
     trace_clock_ghz: float = Field(
         1.0, gt=0, le=100, description="trace only: the modelled accelerator's clock, GHz "
