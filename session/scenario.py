@@ -23,7 +23,6 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -50,8 +49,7 @@ from session.load import Flow
 from session.topology import build
 from topo.placement import STRATEGIES
 from topo.split import Server
-from workloads import traces
-from workloads.config import JobConfig
+from workloads.config import JobConfig, resolve_trace
 
 BUILTIN_DIR = Path(__file__).parent / "scenarios"
 M = TypeVar("M", bound=BaseModel)
@@ -321,10 +319,7 @@ class LbSpec(_Strict):
     trace_bytes_scale: float = Field(1.0, gt=0, le=1e3, description="collective trace: the "
                                      "job's trace_bytes_scale")
 
-    @field_validator("trace")
-    @classmethod
-    def _resolve(cls, v: str | None, info: ValidationInfo) -> str | None:
-        return v if v is None else traces.resolve(v, (info.context or {}).get("base"))
+    _resolve = field_validator("trace")(resolve_trace)
 
     @model_validator(mode="after")
     def _trace(self) -> LbSpec:

@@ -52,6 +52,12 @@ NOT_FOR_TRACE = ("bytes", "count", "dtype", "op", "root", "compute_units", "gpu_
 TRACE_ONLY = ("trace_format", "trace_clock_ghz", "trace_compute_scale", "trace_bytes_scale")
 
 
+def resolve_trace(v: str | None, info: ValidationInfo) -> str | None:
+    """A ``trace`` field's validator: ``traces.resolve`` relative to the validation
+    context's ``base`` (a scenario's folder)."""
+    return v if v is None else traces.resolve(v, (info.context or {}).get("base"))
+
+
 def ddp_params(hidden: int) -> int:
     """Parameters of the DDP model (64 -> hidden -> hidden -> 8, with biases): the element
     count of the gradient AllReduce of every training step."""
@@ -178,27 +184,20 @@ class JobConfig(BaseModel):
             raise ValueError(f"op: unknown {v!r}; expected one of {', '.join(coll.OPS)}")
         return v
 
-    @field_validator("trace")
-    @classmethod
-    def _trace(cls, v: str | None, info: ValidationInfo) -> str | None:
-        return v if v is None else traces.resolve(v, (info.context or {}).get("base"))
+    _trace = field_validator("trace")(resolve_trace)
 
     @model_validator(mode="after")
     def _consistent(self) -> JobConfig:
         if self.trace is not None or self.collective == TRACE:
             return self._trace_job()
-        for name in TRACE_ONLY:
-            if getattr(self, name) != type(self).model_fields[name].default:
-                raise ValueError(f"{name}: only for a trace job (give trace: PATH)")
+        self._defaults_only(TRACE_ONLY, "only for a trace job (give trace: PATH)")
         if self.collective == DDP:
             for name in ("bytes", "count"):
                 if getattr(self, name) is not None:
                     raise ValueError(f"{name}: not used by ddp (its size is the model's "
                                      "gradient, set by hidden); remove it")
-            for name in NCCL_ONLY:
-                if getattr(self, name) != type(self).model_fields[name].default:
-                    raise ValueError(f"{name}: not used by ddp (PyTorch DDP with gloo uses "
-                                     "iterations, warmup, timeout_s, seed, hidden); remove it")
+            self._defaults_only(NCCL_ONLY, "not used by ddp (PyTorch DDP with gloo uses "
+                                "iterations, warmup, timeout_s, seed, hidden); remove it")
             if self.hidden is None:
                 self.hidden = DEFAULT_HIDDEN
             return self
@@ -218,6 +217,12 @@ class JobConfig(BaseModel):
             self.bytes = DEFAULT_BYTES
         return self
 
+    def _defaults_only(self, names: tuple[str, ...], why: str) -> None:
+        """Raises ValueError ``NAME: why`` for the first of ``names`` not at its default."""
+        for name in names:
+            if getattr(self, name) != type(self).model_fields[name].default:
+                raise ValueError(f"{name}: {why}")
+
     def _check_balancer(self) -> None:
         if self.balancer != "none" and (self.dscp or self.conns_per_peer < 2):
             raise ValueError(f"balancer: {self.balancer} sets DSCP 1..conns_per_peer itself and "
@@ -230,10 +235,8 @@ class JobConfig(BaseModel):
         if "collective" in self.model_fields_set and self.collective != TRACE:
             raise ValueError(f"collective: give either collective ({self.collective}) or trace, "
                              "not both")
-        for name in NOT_FOR_TRACE:
-            if getattr(self, name) != type(self).model_fields[name].default:
-                raise ValueError(f"{name}: not used by a trace job (its sizes and compute come "
-                                 "from the trace); remove it")
+        self._defaults_only(NOT_FOR_TRACE, "not used by a trace job (its sizes and compute "
+                            "come from the trace); remove it")
         self._check_balancer()
         self.collective = TRACE
         return self
