@@ -50,6 +50,9 @@ HostBalancer = Literal["none", "ethereal", "reps"]
 ComputeKind = Literal["accelerator", "cpu", "both", "none"]
 """What a job's ranks compute every iteration (``workloads.config.JobConfig.compute``)."""
 
+DdpModel = Literal["mlp", "transformer", "moe"]
+"""The model a ddp job trains (``workloads.ddp_models``)."""
+
 TraceFormat = Literal["auto", "astra", "chakra"]
 """A trace job's file format: told by its content, an ASTRA-sim text workload, or Chakra
 execution traces (``workloads.traces``)."""

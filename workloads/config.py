@@ -30,9 +30,9 @@ from pydantic import (
     model_validator,
 )
 
-from contracts.enums import AllReduceAlgo, CongestionControl, HostBalancer, TraceFormat
+from contracts.enums import AllReduceAlgo, CongestionControl, DdpModel, HostBalancer, TraceFormat
 from workloads import collectives as coll
-from workloads import traces
+from workloads import ddp_models, traces
 from workloads.schedule import Schedule
 from workloads.transport import PathHints, parse_address
 
@@ -41,14 +41,12 @@ TRACE = "trace"  # a trace job's collective: its ranks replay the file given in 
 DDP_LABEL = "ddp (torch gloo; gradient all_reduce)"
 DEFAULT_BYTES = 1 << 20
 DEFAULT_HIDDEN = 256
-# the DDP model: an MLP IN_FEATURES -> hidden -> hidden -> OUT_FEATURES, batches of BATCH
-IN_FEATURES, OUT_FEATURES, BATCH = 64, 8, 32
 # fields the DDP workload does not use: they must keep their defaults in a ddp job
 NCCL_ONLY = ("dtype", "op", "root", "compute_units", "gpu_s", "conns_per_peer", "src_port_base",
              "dscp", "cc", "connect_timeout_s", "schedule", "balancer", "algo")
 # fields a trace job does not use (its sizes and compute come from the trace)
 NOT_FOR_TRACE = ("bytes", "count", "dtype", "op", "root", "compute_units", "gpu_s", "hidden",
-                 "schedule")
+                 "model", "schedule")
 TRACE_ONLY = ("trace_format", "trace_clock_ghz", "trace_compute_scale", "trace_bytes_scale")
 
 
@@ -56,13 +54,6 @@ def resolve_trace(v: str | None, info: ValidationInfo) -> str | None:
     """A ``trace`` field's validator: ``traces.resolve`` relative to the validation
     context's ``base`` (a scenario's folder)."""
     return v if v is None else traces.resolve(v, (info.context or {}).get("base"))
-
-
-def ddp_params(hidden: int) -> int:
-    """Parameters of the DDP model (64 -> hidden -> hidden -> 8, with biases): the element
-    count of the gradient AllReduce of every training step."""
-    return (IN_FEATURES * hidden + hidden) + (hidden * hidden + hidden) + \
-        (hidden * OUT_FEATURES + OUT_FEATURES)
 
 
 class JobConfig(BaseModel):
@@ -131,7 +122,11 @@ class JobConfig(BaseModel):
     seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the input data (and of the "
                       "DDP model's data)")
     hidden: int | None = Field(None, ge=1, le=4096, description="ddp only: width of the "
-                               "model's two hidden layers (default 256)")
+                               "model's hidden layers (default 256)")
+    model: DdpModel = Field("mlp", description="ddp only: the model trained "
+                            "(workloads.ddp_models): mlp, transformer (one encoder layer, 4 "
+                            "heads: hidden a multiple of 4) or moe (one expert per rank, tokens "
+                            "moved by all_to_all)")
     schedule: Schedule | None = Field(
         None, description="iteration slots (CASSINI's time shift, workloads.schedule): "
         "iteration i starts no earlier than start_ns + shift_s + i * period_s on the reference "
@@ -200,9 +195,13 @@ class JobConfig(BaseModel):
                                 "iterations, warmup, timeout_s, seed, hidden); remove it")
             if self.hidden is None:
                 self.hidden = DEFAULT_HIDDEN
+            if self.model == "transformer" and self.hidden % ddp_models.HEADS:
+                raise ValueError(f"hidden: {self.hidden} is not a multiple of the transformer's "
+                                 f"{ddp_models.HEADS} heads")
             return self
         if self.hidden is not None:
             raise ValueError(f"hidden: only for collective {DDP}, not {self.collective}")
+        self._defaults_only(("model",), f"only for collective {DDP}")
         if self.algo != "ring" and self.collective != "all_reduce":
             raise ValueError(f"algo: {self.algo} is an all_reduce algorithm, not one of "
                              f"{self.collective}")
@@ -269,7 +268,10 @@ class JobConfig(BaseModel):
         if self.root >= world:
             raise ValueError(f"root: {self.root} is outside 0..{world - 1} ({world} ranks)")
         if self.collective == DDP:
-            return ddp_params(self.hidden or DEFAULT_HIDDEN)
+            if self.model == "moe" and not 2 <= world <= ddp_models.BATCH:
+                raise ValueError(f"model: moe needs 2 to {ddp_models.BATCH} ranks (one expert "
+                                 f"each), not {world}")
+            return ddp_models.params(self.model, self.hidden or DEFAULT_HIDDEN, world)
         if self.collective == TRACE:
             try:
                 traces.check(self.trace or "", self.trace_format, world)

@@ -1,17 +1,20 @@
 """A real framework workload: PyTorch DistributedDataParallel with the gloo backend training a
-small MLP on synthetic data, one rank per VM (extra ``torch``, the CPU build).
+small model on synthetic data, one rank per VM (extra ``torch``, the CPU build): an MLP, a
+transformer encoder layer or a mixture-of-experts layer whose tokens move by ``all_to_all``
+(``job.model``, ``workloads.ddp_models``).
 
 ``python -m workloads.ddp --config JSON|@PATH`` takes the same ``config.WorkerConfig`` as the
 collective worker, with ``job.collective = "ddp"`` (fields used: iterations, warmup, hidden,
-timeout_s, seed). It joins the process group at the first peer's address
+model, timeout_s, seed). It joins the process group at the first peer's address
 (``init_method=tcp://``; rank 0 listens there), trains, and prints one ``nslab.worker/1``
 document like the collective worker (same command line, watchdog, SIGTERM handling and exit
 status: ``worker.main``), plus ``framework`` and ``params``: per iteration ``iteration_s``
 (forward, backward with DDP's overlapped gradient AllReduce, optimizer step; VM clock, s),
 ``comm_s`` (the same: DDP overlaps communication with backward), ``compute_s`` (0.0),
-``verified`` (all ranks end with bit-identical parameters, checked by an AllReduce of max and
-min of a checksum). Its ``count`` is the model's parameter count (``config.ddp_params``), the
-gradient AllReduce of every step. ``job.Job`` runs it like any other job.
+``verified`` (all ranks end with bit-identical parameters but a moe rank's own expert,
+checked by an AllReduce of max and min of a checksum). Its ``count`` is the parameter count
+DDP averages (``ddp_models.params``), the gradient AllReduce of every step. ``job.Job`` runs
+it like any other job.
 
 Source: PyTorch docs, "Getting Started with Distributed Data Parallel" and torch.distributed
 (gloo backend).
@@ -26,8 +29,8 @@ from collections.abc import Callable, Sequence
 from fcntl import ioctl
 
 from agents.clock import Clock
-from workloads import worker
-from workloads.config import BATCH, DDP, IN_FEATURES, OUT_FEATURES, WorkerConfig
+from workloads import ddp_models, worker
+from workloads.config import DDP, WorkerConfig
 from workloads.errors import ConfigError
 
 SIOCGIFADDR = 0x8915
@@ -84,23 +87,22 @@ def train(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None = None
         os.environ.setdefault("GLOO_SOCKET_IFNAME", ifname)
     doc.update(clock="emulated" if clock.emulated else "system",
                framework=f"torch {torch.__version__} gloo", params=cfg.count)
-    torch.manual_seed(job.seed)
     torch.set_num_threads(1)
     t_start = time.monotonic()
     dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=rank,
                             world_size=cfg.world, timeout=dt.timedelta(seconds=job.timeout_s))
     try:
-        hidden = job.hidden
-        model = DistributedDataParallel(nn.Sequential(
-            nn.Linear(IN_FEATURES, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-            nn.Linear(hidden, OUT_FEATURES)))
+        module, local, batch = ddp_models.build(job.model, job.hidden or 0, cfg.world, rank,
+                                                job.seed)
+        # the expert of a moe model is this rank's own: DDP neither syncs nor averages it
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, local)
+        model = DistributedDataParallel(module)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         gen = torch.Generator().manual_seed((job.seed << 16) + 1000 + rank)
         doc["connect_s"] = time.monotonic() - t_start
         log(f"rank {rank}: joined the process group of {cfg.world} in {doc['connect_s']:.3f} s")
         for i in range(job.warmup + job.iterations):
-            x = torch.randn(BATCH, IN_FEATURES, generator=gen)
-            y = torch.randn(BATCH, OUT_FEATURES, generator=gen)
+            x, y = batch(gen)
             t0 = clock.now_ns()
             opt.zero_grad()
             nn.functional.mse_loss(model(x), y).backward()  # gradients AllReduced here
@@ -108,7 +110,8 @@ def train(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None = None
             t1 = clock.now_ns()
             if i >= job.warmup:
                 worker.record(doc, t0, t0, t1)  # no separate compute phase: all of it is comm
-        checksum = torch.stack([sum(p.detach().double().sum() for p in model.parameters())])
+        checksum = torch.stack([sum(p.detach().double().sum()
+                                    for n, p in module.named_parameters() if n not in local)])
         hi, lo = checksum.clone(), checksum.clone()
         dist.all_reduce(hi, op=dist.ReduceOp.MAX)
         dist.all_reduce(lo, op=dist.ReduceOp.MIN)

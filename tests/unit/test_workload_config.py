@@ -12,9 +12,9 @@ from workloads.config import (
     JobConfig,
     WorkerConfig,
     as_job_config,
-    ddp_params,
     describe,
 )
+from workloads.ddp_models import params
 
 PEERS = ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"]
 
@@ -30,7 +30,7 @@ def test_defaults_and_normalized_names():
     assert JobConfig(collective="alltoall").collective == "all_to_all"
     d = JobConfig(collective=DDP, iterations=3)
     assert d.hidden == 256 and d.bytes is None and d.algorithm == "all_reduce"
-    assert d.count_for(4) == ddp_params(256)
+    assert d.count_for(4) == params("mlp", 256, 4)
 
 
 def test_sizes_follow_nccl_tests():

@@ -1,9 +1,12 @@
 """PyTorch DDP (gloo) workload on loopback: replicas stay identical, timings are reported."""
 import json
 
+import pytest
+
 from workloads import ddp
-from workloads.config import DDP, DDP_LABEL, JobConfig, ddp_params
-from workloads.job import Job, loopback_addresses
+from workloads.config import DDP, DDP_LABEL, JobConfig
+from workloads.ddp_models import params
+from workloads.job import Job, loopback_addresses, run_job
 
 
 def test_ddp_job_on_loopback_verifies():
@@ -13,7 +16,7 @@ def test_ddp_job_on_loopback_verifies():
         s = job.run()
     assert s["error"] is None and s["verified"] is True, s
     assert s["collective"] == DDP_LABEL and s["nccl_name"] == "AllReduce"
-    assert s["count"] == ddp_params(32) == 64 * 32 + 32 + 32 * 32 + 32 + 32 * 8 + 8
+    assert s["count"] == params("mlp", 32, 2) == 64 * 32 + 32 + 32 * 32 + 32 + 32 * 8 + 8
     assert s["bytes"] == 4 * s["count"]
     w = s["workers"][0]
     assert len(w["iteration_s"]) == 3 and w["comm_s"] == w["iteration_s"]
@@ -28,3 +31,18 @@ def test_ddp_cli_refuses_a_collective_configuration(capsys):
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 2 and doc["error_kind"] == "config"
     assert "gather runs with python -m workloads.worker" in doc["error"]
+
+
+def test_ddp_transformer_and_moe_on_loopback():
+    for model, world in (("transformer", 2), ("moe", 3)):
+        config = JobConfig(collective=DDP, model=model, hidden=16, iterations=2, warmup=1,
+                           timeout_s=60)
+        s = run_job(f"ddp_{model}", config, loopback_addresses(world))
+        assert s["error"] is None and s["verified"] is True, (model, s["error"])
+        assert s["count"] == params(model, 16, world)
+    with pytest.raises(ValueError, match="hidden: 18 is not a multiple"):
+        JobConfig(collective=DDP, model="transformer", hidden=18)
+    with pytest.raises(ValueError, match="model: only for collective ddp"):
+        JobConfig(model="moe")
+    with pytest.raises(ValueError, match="moe needs 2 to 32 ranks"):
+        JobConfig(collective=DDP, model="moe").count_for(1)
