@@ -61,7 +61,9 @@ def report(results: Results | Mapping) -> str:
             continue
         p50 = j.iteration_s.p50 if j.iteration_s else 0
         completion = f"{j.completion_s:.3f}" if j.completion_s is not None else "-"
-        lines.append(f"  job {j.name} ({j.collective}, {j.bytes} B) on {where} "
+        what = (f"{j.trace.file}, exposed communication p50 "
+                f"{j.comm_s.p50 if j.comm_s else 0:.4f} s" if j.trace else f"{j.bytes} B")
+        lines.append(f"  job {j.name} ({j.collective}, {what}) on {where} "
                      f"[{shared} ranks share a host]: completion {completion} s, "
                      f"iteration p50 {p50:.4f} s, verified {j.verified}")
     for view in VIEWS:

@@ -253,3 +253,4 @@ def test_trace_jobs_draw_each_ranks_pass(doc):
     assert list(bars["collective"].base) == [0.001, 0.001]  # each rank's own pass start
     assert list(bars["collective"].x) == pytest.approx([0.003, 0.003])
     assert 'id="fig-trace"' in page.render(doc)
+    assert "job naive (all_reduce, w.txt, exposed communication p50 " in T.report(doc)
