@@ -43,7 +43,7 @@ DEFAULT_BYTES = 1 << 20
 DEFAULT_HIDDEN = 256
 # fields the DDP workload does not use: they must keep their defaults in a ddp job
 NCCL_ONLY = ("dtype", "op", "root", "compute_units", "gpu_s", "conns_per_peer", "src_port_base",
-             "dscp", "cc", "connect_timeout_s", "schedule", "balancer", "algo")
+             "dscp", "cc", "connect_timeout_s", "balancer", "algo")
 # fields a trace job does not use (its sizes and compute come from the trace)
 NOT_FOR_TRACE = ("bytes", "count", "dtype", "op", "root", "compute_units", "gpu_s", "hidden",
                  "model", "schedule")
@@ -192,7 +192,8 @@ class JobConfig(BaseModel):
                     raise ValueError(f"{name}: not used by ddp (its size is the model's "
                                      "gradient, set by hidden); remove it")
             self._defaults_only(NCCL_ONLY, "not used by ddp (PyTorch DDP with gloo uses "
-                                "iterations, warmup, timeout_s, seed, hidden); remove it")
+                                "iterations, warmup, timeout_s, seed, hidden, model, schedule); "
+                                "remove it")
             if self.hidden is None:
                 self.hidden = DEFAULT_HIDDEN
             if self.model == "transformer" and self.hidden % ddp_models.HEADS:

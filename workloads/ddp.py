@@ -5,16 +5,17 @@ transformer encoder layer or a mixture-of-experts layer whose tokens move by ``a
 
 ``python -m workloads.ddp --config JSON|@PATH`` takes the same ``config.WorkerConfig`` as the
 collective worker, with ``job.collective = "ddp"`` (fields used: iterations, warmup, hidden,
-model, timeout_s, seed). It joins the process group at the first peer's address
-(``init_method=tcp://``; rank 0 listens there), trains, and prints one ``nslab.worker/1``
-document like the collective worker (same command line, watchdog, SIGTERM handling and exit
-status: ``worker.main``), plus ``framework`` and ``params``: per iteration ``iteration_s``
-(forward, backward with DDP's overlapped gradient AllReduce, optimizer step; VM clock, s),
-``comm_s`` (the same: DDP overlaps communication with backward), ``compute_s`` (0.0),
-``verified`` (all ranks end with bit-identical parameters but a moe rank's own expert,
-checked by an AllReduce of max and min of a checksum). Its ``count`` is the parameter count
-DDP averages (``ddp_models.params``), the gradient AllReduce of every step. ``job.Job`` runs
-it like any other job.
+model, schedule, timeout_s, seed). With a ``schedule`` every iteration first waits for its
+slot (``schedule.Slots``, one line in the training loop). It joins the process group at the
+first peer's address (``init_method=tcp://``; rank 0 listens there), trains, and prints one
+``nslab.worker/1`` document like the collective worker (same command line, watchdog, SIGTERM
+handling and exit status: ``worker.main``), plus ``framework`` and ``params``: per iteration
+``iteration_s`` (forward, backward with DDP's overlapped gradient AllReduce, optimizer step;
+VM clock, s), ``comm_s`` (the same after the slot's wait: DDP overlaps communication with
+backward), ``compute_s`` (0.0), ``verified`` (all ranks end with bit-identical parameters,
+but for a moe rank's own expert; checked by an AllReduce of max and min of a checksum). Its
+``count`` is the parameter count DDP averages (``ddp_models.params``), the gradient AllReduce
+of every step. ``job.Job`` runs it like any other job.
 
 Source: PyTorch docs, "Getting Started with Distributed Data Parallel" and torch.distributed
 (gloo backend).
@@ -32,6 +33,7 @@ from agents.clock import Clock
 from workloads import ddp_models, worker
 from workloads.config import DDP, WorkerConfig
 from workloads.errors import ConfigError
+from workloads.schedule import Slots
 
 SIOCGIFADDR = 0x8915
 
@@ -101,15 +103,17 @@ def train(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None = None
         gen = torch.Generator().manual_seed((job.seed << 16) + 1000 + rank)
         doc["connect_s"] = time.monotonic() - t_start
         log(f"rank {rank}: joined the process group of {cfg.world} in {doc['connect_s']:.3f} s")
+        slots = Slots(job.schedule, rank, clock, doc)  # CASSINI's slots: the one-line hook
         for i in range(job.warmup + job.iterations):
             x, y = batch(gen)
             t0 = clock.now_ns()
+            tc = slots.wait(t0, timed=i >= job.warmup)
             opt.zero_grad()
             nn.functional.mse_loss(model(x), y).backward()  # gradients AllReduced here
             opt.step()
             t1 = clock.now_ns()
             if i >= job.warmup:
-                worker.record(doc, t0, t0, t1)  # no separate compute phase: all of it is comm
+                worker.record(doc, t0, tc, t1, tc)  # no separate compute phase: all is comm
         checksum = torch.stack([sum(p.detach().double().sum()
                                     for n, p in module.named_parameters() if n not in local)])
         hi, lo = checksum.clone(), checksum.clone()

@@ -88,3 +88,33 @@ def wait_until(clock: NowNs, target_ns: int) -> float:
         time.sleep(min((target_ns - now) / 1e9, MAX_SLEEP_S))
         now = clock.now_ns()
     return (now - t0) / 1e9
+
+
+class Slots:
+    """A training loop's hook for its job's slots (CASSINI's time shift reaching a framework):
+    ``tc = slots.wait(t0, timed)`` at the top of every iteration waits until the iteration's
+    slot on the VM clock (``Schedule.next_slot``) and returns the clock after the wait (``t0``
+    itself without a schedule). It keeps ``doc``'s ``first_slot`` and ``skipped_slots`` (the
+    slots that timed iterations let pass, being later than ``late_s``).
+
+    What a user's training loop adds: ``slots = Slots(schedule, rank, clock, {})`` before the
+    loop and ``slots.wait(clock.now_ns())`` as its first line.
+    """
+
+    def __init__(self, schedule: Schedule | None, rank: int, clock: NowNs, doc: dict):
+        self.schedule, self.rank, self.clock, self.doc = schedule, rank, clock, doc
+        self.slot: int | None = None
+
+    def wait(self, t0: int, timed: bool = True) -> int:
+        """Wait for the next iteration's slot (``t0``: the VM clock now, ns); returns the VM
+        clock after the wait, ns."""
+        if self.schedule is None:
+            return t0
+        k = self.schedule.next_slot(t0, self.rank, self.slot)
+        if self.slot is None:
+            self.doc["first_slot"] = k
+        elif k > self.slot + 1 and timed:
+            self.doc["skipped_slots"] = self.doc.get("skipped_slots", 0) + k - self.slot - 1
+        self.slot = k
+        wait_until(self.clock, self.schedule.slot_ns(k, self.rank))
+        return self.clock.now_ns()

@@ -59,7 +59,7 @@ from workloads import collectives as coll
 from workloads.config import DDP, JobConfig, WorkerConfig, describe, read_json_argument
 from workloads.errors import ConfigError, JobTimeoutError, WorkloadError
 from workloads.lb import balancer as lb
-from workloads.schedule import wait_until
+from workloads.schedule import Slots
 from workloads.transport import Mesh, parse_address
 
 SCHEMA = "nslab.worker/1"
@@ -167,22 +167,14 @@ def run_worker(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None =
             a, b = (rng.standard_normal((COMPUTE_MATRIX_N, COMPUTE_MATRIX_N)) for _ in range(2))
             out = np.empty_like(a)
             problem = None
-            slot = None
+            slots = Slots(job.schedule, rank, clock, doc)
             for i in range(job.warmup + job.iterations):
                 if time.monotonic() >= mesh.deadline:  # type: ignore[operator]
                     raise JobTimeoutError(f"rank {rank}: job timeout ({job.timeout_s} s) "
                                           f"before iteration {i}")
                 _poison(recvbuf)
-                t0 = tc = clock.now_ns()
-                if job.schedule is not None:
-                    k = job.schedule.next_slot(t0, rank, slot)
-                    if slot is None:
-                        doc["first_slot"] = k
-                    elif k > slot + 1 and i >= job.warmup:
-                        doc["skipped_slots"] += k - slot - 1
-                    slot = k
-                    wait_until(clock, job.schedule.slot_ns(k, rank))
-                    tc = clock.now_ns()
+                t0 = clock.now_ns()
+                tc = slots.wait(t0, timed=i >= job.warmup)
                 time.sleep(job.gpu_s)
                 compute(job.compute_units, a, b, out)
                 t1 = clock.now_ns()

@@ -1,5 +1,6 @@
 """PyTorch DDP (gloo) workload on loopback: replicas stay identical, timings are reported."""
 import json
+import time
 
 import pytest
 
@@ -7,6 +8,7 @@ from workloads import ddp
 from workloads.config import DDP, DDP_LABEL, JobConfig
 from workloads.ddp_models import params
 from workloads.job import Job, loopback_addresses, run_job
+from workloads.schedule import Schedule
 
 
 def test_ddp_job_on_loopback_verifies():
@@ -46,3 +48,18 @@ def test_ddp_transformer_and_moe_on_loopback():
         JobConfig(model="moe")
     with pytest.raises(ValueError, match="moe needs 2 to 32 ranks"):
         JobConfig(collective=DDP, model="moe").count_for(1)
+
+
+def test_ddp_iterations_wait_for_their_slots():
+    sched = Schedule(start_ns=time.time_ns(), period_s=0.4, shift_s=0.1)
+    config = JobConfig(collective=DDP, hidden=16, iterations=3, warmup=1, schedule=sched,
+                       timeout_s=60)
+    s = run_job("ddp_slots", config, loopback_addresses(2))
+    assert s["error"] is None and s["verified"], s["error"]
+    for w in s["workers"]:
+        first = w["first_slot"]  # the first slot the rank could catch once the group was up
+        assert first is not None and w["skipped_slots"] == 0
+        # each timed iteration starts at its slot (warm-up took slot `first`)
+        for k, t in enumerate(w["comm_start_ns"], start=first + 1):
+            slot = sched.slot_ns(k, w["rank"])
+            assert slot <= t < slot + 100_000_000, (k, t - slot)
