@@ -251,7 +251,10 @@ class JobConfig(BaseModel):
         time on the VM clock, which the host's CPU load does not slow), cpu
         (``compute_units``: CPU work, which takes what the machine's CPU and the host's
         budget give it), both, or none; ``s_per_iteration``: the accelerator time, s (None
-        without one: CPU work has no fixed time); ``units``: ``compute_units``."""
+        without one: CPU work has no fixed time; a trace job's is per operation, in its
+        results' ``trace``); ``units``: ``compute_units``."""
+        if self.collective == TRACE:
+            return {"kind": "accelerator", "s_per_iteration": None, "units": 0}
         kind = {(True, True): "both", (True, False): "accelerator", (False, True): "cpu",
                 (False, False): "none"}[(self.gpu_s > 0, self.compute_units > 0)]
         return {"kind": kind, "s_per_iteration": self.gpu_s or None,

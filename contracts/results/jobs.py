@@ -70,7 +70,8 @@ class Compute(Model):
                               "clock (the host's CPU load does not slow it); cpu: "
                               "compute_units of CPU work; both; none")
     s_per_iteration: float | None = Field(description="accelerator time per iteration, s (VM "
-                                          "clock); null without an accelerator")
+                                          "clock); null without an accelerator, and for a "
+                                          "trace job (per operation: its trace)")
     units: int = Field(description="compute_units: 128x128 matrix products per iteration")
 
 

@@ -195,3 +195,8 @@ def test_bytes_scale_keeps_the_modelled_ratio():
     assert traces.scale_for(100, 100e6, 400e9) == pytest.approx(0.025)
     assert astra.run_bytes("all_reduce", 37632, 0.025, 8) == 940  # 235 float32 elements
     assert astra.run_bytes("all_gather", 10, 1.0, 8) == 32  # one element per rank at least
+
+
+def test_a_trace_job_computes_on_its_accelerator_per_operation():
+    assert JobConfig(trace="diamond").compute() == {"kind": "accelerator",
+                                                    "s_per_iteration": None, "units": 0}
