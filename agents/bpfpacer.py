@@ -37,8 +37,8 @@ import subprocess
 
 from agents.bpf import BpfError, Cfg, Datapath, Dest
 from agents.clock import Clock
-from agents.messages import PacerDest
 from agents.pacer import PacerBase, PacerConfig
+from contracts.messages import ClockEstimate, PacerDest
 
 __all__ = ["BpfPacer", "anchor", "bucket_bounds_ns", "kernel_monotonic_ns", "quantile_ns"]
 
@@ -193,9 +193,7 @@ class BpfPacer(PacerBase):
         k = kernel_monotonic_ns()
         v1 = self.clock.now_ns()
         vm = (v0 + v1) // 2
-        off, drift, at = self.sync.clock_of(self.cfg.name)
-        theta = off + drift * 1e-6 * (vm - off - at) if at is not None else off
-        ref = int(vm - theta)
+        ref = int(vm - ClockEstimate(*self.sync.clock_of(self.cfg.name)).offset_at_vm(vm))
         k0, ref0, ppb = anchor(k, ref, self.prev)
         self.prev = (k, ref)
         g = self.cfg.gate
