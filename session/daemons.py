@@ -78,19 +78,22 @@ class PacerSpec(BaseModel):
     max_hold_us: float = Field(5000.0, gt=0, description="longest single hold, us; it also "
                                "sets how old an echo may be (4x) and the longest hold in one "
                                "piece (10x): agents.gate.GateConfig.for_hold")
-    probe_us: float = Field(500.0, ge=100, description="OWD probe period per active "
+    probe_us: float = Field(500.0, ge=100, description="probe: OWD probe period per active "
                                                        "destination, us (while at most 2 "
                                                        "probes are unanswered)")
-    predict: bool = Field(True, description="hold for the OWD extrapolated to now (False: "
-                                            "On-Ramp's rule as published; agents/gate.py)")
-    fresh: bool = Field(True, description="a hold also lasts until a sample sent during it "
-                                          "comes back below T, and a probe without echo for "
-                                          "T + max_hold_us holds too (False: On-Ramp's rule "
-                                          "as published; agents/gate.py)")
-    spread: bool = Field(False, description="with fresh, a release waits a draw in [0, the "
-                                            "hold's largest OWD - T), per VM, so that senders "
-                                            "held together release apart (False: at once; "
-                                            "agents/gate.py says why that is the default)")
+    predict: bool = Field(True, description="probe: hold for the OWD extrapolated to now "
+                                            "(False: On-Ramp's rule as published; "
+                                            "agents/gate.py)")
+    fresh: bool = Field(True, description="probe: a hold also lasts until a sample sent "
+                                          "during it comes back below T, and a probe without "
+                                          "echo for T + max_hold_us holds too (False: "
+                                          "On-Ramp's rule as published; agents/gate.py)")
+    spread: bool = Field(False, description="probe, with fresh: a release waits a draw in "
+                                            "[0, the hold's largest OWD - T), per VM, so that "
+                                            "senders held together release apart (False: at "
+                                            "once; agents/gate.py says why that is the "
+                                            "default); bpf: a hold's first length is "
+                                            "stretched by a draw in [0, itself)")
     datapath: PacerDatapath = Field("bpf", description="bpf: OWD of every TCP data "
                                               "segment and holds in the kernel (tc/cls_bpf on "
                                               "the VM's interface; a kernel without BPF falls "
