@@ -105,6 +105,9 @@ def test_pacer_falls_back_to_probe_and_edt_needs_sch_fq(nslab_lab):
             seen += p.stderr.readline()
         assert "the kernel datapath cannot run here: cannot mount a bpffs at " \
                "/proc/nslab-no-bpffs" in seen, seen
+        while "htb" not in vm1.cmd("tc qdisc show dev vm1-eth0") and \
+                time.monotonic() < deadline:
+            time.sleep(0.1)
         assert "htb" in vm1.cmd("tc qdisc show dev vm1-eth0")   # the probe pacer's classes
     finally:
         p.terminate()
