@@ -9,22 +9,29 @@ STAMP   := $(VENV)/.nslab-installed
 # command -> Debian package that provides it (tshark: the tests read captures with the
 # probe format's Wireshark dissector, tools/wireshark/nslab_probe.lua; chromium: the tests
 # open nslab report's HTML page in a headless browser, tests/unit/test_report_browser.py, and
-# load `nslab tui --serve` in one, tests/integration/test_tui_serve.py)
+# load `nslab tui --serve` in one, tests/integration/test_tui_serve.py; clang, libbpf-dev: the
+# pacer's kernel datapath, agents/native/pacer.bpf.c; bpftool: to inspect its maps, pinned in
+# each VM's bpffs)
 DEB_CMDS := mnexec:mininet ip:iproute2 tc:iproute2 nft:nftables iperf3:iperf3 \
             tcpdump:tcpdump tshark:tshark ifconfig:net-tools ping:iputils-ping ps:procps \
-            gcc:gcc make:make chromium:chromium
+            gcc:gcc make:make chromium:chromium clang:clang bpftool:bpftool
 SCENARIO ?= quickstart
 
-.PHONY: setup system-packages native chrony lab test unit integration docs tui tui-recording \
+.PHONY: setup system-packages native bpf chrony lab test unit integration docs tui tui-recording \
         bench clean
 
 setup: system-packages $(STAMP) native chrony
 
 # the compiled parts, compiled into nslab's cache (/var/cache/nslab as root) as a lab would at
 # first use (agents/native/__init__.py): the VM clock preload (vmclock/vmclock.c), the agent's
-# datagram path (agents/native/probeio.c, libcrypto for its HMAC tags), the pacer's loop
+# datagram path (agents/native/probeio.c, libcrypto for its HMAC tags), the pacer's loop and
+# its kernel datapath (agents/native/pacer.bpf.c, clang -target bpf)
 native: system-packages $(STAMP)
 	@$(BIN)/python -m lab.native
+
+# the pacer's kernel datapath alone (one of the parts `native` builds)
+bpf: system-packages $(STAMP)
+	@$(BIN)/python -m lab.native pacer_bpf
 
 # Debian's chronyd for the `chrony` scenario, unpacked into nslab's cache (not installed: no
 # service starts, nothing touches the machine's clock); skipped when chronyd is found
@@ -43,6 +50,7 @@ system-packages:
 	$(PYTHON) -c 'import ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
 	test -f /usr/include/stdio.h || missing="$$missing libc6-dev"; \
 	test -f /usr/include/openssl/hmac.h || missing="$$missing libssl-dev"; \
+	test -f /usr/include/bpf/bpf_helpers.h || missing="$$missing libbpf-dev"; \
 	if [ -n "$$missing" ]; then \
 	  echo "setup: installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \

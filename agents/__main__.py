@@ -148,18 +148,19 @@ def build_parser() -> argparse.ArgumentParser:
     pc = sub.add_parser(
         "pacer", formatter_class=fmt, help="TCP sensing and OWD-gated pacing of one VM",
         description="Sense this VM's TCP connections (sock_diag: retransmissions, RTOs, "
-                    "lost, RTT, delivery rate) and measure the one-way delay toward each "
-                    "destination with data in flight, or sent a TCP SYN, on the synchronized "
-                    "clocks (offsets from the coordinator's API); in 'pace' mode hold a "
-                    "destination's traffic on this VM's own egress (an HTB class per "
-                    "destination) for OWD - T while its OWD exceeds T (On-Ramp, NSDI 2021), "
-                    "and until a probe sent during the hold comes back below T (--spread: "
-                    "then a draw of up to the hold's largest excess later); a probe "
-                    "without echo for T + the longest hold holds its destination the same way "
-                    "(--no-fresh: OWD - T only). The gate stays open until the clock "
-                    "sync has converged. Probes, gate and hold run in a compiled thread "
-                    "(agents/native/pacer.c, compiled at first use). Reports go to the "
-                    "coordinator (CoordinatorState.pacers).",
+                    "lost, RTT, delivery rate) and the one-way delay toward each destination "
+                    "on the synchronized clocks (offsets from the coordinator's API); in "
+                    "'pace' mode hold a destination's traffic on this VM's own egress for "
+                    "OWD - T while its OWD exceeds T (On-Ramp, NSDI 2021). The gate stays open "
+                    "until the clock sync has converged. Datapath 'bpf' (default): every TCP "
+                    "data segment's OWD is measured in the kernel by tc programs on this VM's "
+                    "interface and echoed to its sender in the ACKs, which hold its "
+                    "destination in the kernel (agents/native/pacer.bpf.c, compiled at first "
+                    "use); a kernel or machine without it gets the reason logged and datapath "
+                    "'probe'. Datapath 'probe': UDP probes, the gate and HTB class switches "
+                    "in a compiled user-space thread (agents/native/pacer.c), a hold also "
+                    "lasting until a probe sent during it comes back below T (--no-fresh: "
+                    "OWD - T only). Reports go to the coordinator (CoordinatorState.pacers).",
         epilog="example: python -m agents pacer --name vm1 --bind 10.1.1.2 --ifname vm1-eth0 "
                "--peers vm2=10.1.2.2 --coordinator 10.1.1.2:7700 --api 10.1.1.2:7780 "
                "--line-mbit 100 --threshold-us 500")
@@ -175,6 +176,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the coordinator's HTTP API HOST:PORT")
     pc.add_argument("--mode", choices=["sense", "pace"], default="pace",
                     help="sense: measure only; pace: also hold destinations above T")
+    pc.add_argument("--datapath", choices=["bpf", "probe"], default="bpf",
+                    help="bpf: sense and hold in the kernel; probe: UDP probes and HTB switches "
+                         "from user space")
+    pc.add_argument("--pin-dir", default="/sys/fs/bpf/nslab-pacer",
+                    help="bpf: where the datapath's maps are pinned (a directory on a bpffs; "
+                         "removed at exit)")
+    pc.add_argument("--hold", choices=["auto", "edt", "refuse"], default="auto",
+                    help="bpf: how a destination is held: edt (skb->tstamp with sch_fq as the "
+                         "root qdisc), refuse (TCP keeps the segment unsent), auto: edt where "
+                         "this kernel has sch_fq")
+    pc.add_argument("--quantum-us", type=float, default=0.0,
+                    help="bpf: holds are rounded up to a multiple of this, us (0: not)")
     pc.add_argument("--port", type=_port, default=7703, help="UDP port of the OWD probes")
     pc.add_argument("--line-mbit", type=_positive, default=10_000.0,
                     help="the vNIC's rate, Mbit/s: released traffic leaves at it")
@@ -279,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
 def _pacer(parser: argparse.ArgumentParser, args) -> int:
     from pyroute2.netlink.exceptions import NetlinkError
 
+    from agents.bpf import BpfError
     from agents.gate import GateConfig
     from agents.pacer import Pacer, PacerConfig
     from agents.pacerio import PacerIOError
@@ -290,8 +304,25 @@ def _pacer(parser: argparse.ArgumentParser, args) -> int:
             gate=GateConfig.for_hold(args.threshold_us * 1e3, args.max_hold_us * 1e3,
                                      predict=not args.no_predict, fresh=not args.no_fresh,
                                      spread=args.spread,
-                                     seed=zlib.crc32(args.name.encode())))
-        pacer = Pacer(cfg)
+                                     seed=zlib.crc32(args.name.encode())),
+            datapath=args.datapath, pin_dir=args.pin_dir, hold=args.hold,
+            quantum_ns=args.quantum_us * 1e3)
+        pacer = None
+        if cfg.datapath == "bpf":
+            from agents.bpfpacer import BpfPacer
+            try:
+                pacer = BpfPacer(cfg)
+            except BpfError as e:
+                if cfg.hold == "edt":
+                    raise
+                log.error("the kernel datapath cannot run here: %s; datapath probe instead", e)
+                pacer = Pacer(cfg)
+                pacer.note = f"; datapath probe: the kernel datapath failed: {e}"
+        else:
+            pacer = Pacer(cfg)
+    except BpfError as e:
+        log.error("%s", e)
+        return 1
     except ValueError as e:
         parser.error(str(e))
     except (OSError, NetlinkError) as e:
@@ -302,8 +333,8 @@ def _pacer(parser: argparse.ArgumentParser, args) -> int:
         log.error("%s", e)
         return 1
     stop = _stop_on_signals()
-    log.info("pacer %s (%s) on %s, T %.0f us, line %.0f Mbit/s", args.name, args.mode,
-             args.ifname, args.threshold_us, args.line_mbit)
+    log.info("pacer %s (%s, datapath %s) on %s, T %.0f us, line %.0f Mbit/s", args.name,
+             args.mode, pacer.datapath, args.ifname, args.threshold_us, args.line_mbit)
     pacer.run(stop)
     return 0
 

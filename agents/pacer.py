@@ -92,10 +92,20 @@ class PacerConfig:
     poll_s: float = 1.0
     sync_sigma_ns: float | None = None
     stale_s: float = 10.0
+    datapath: str = "bpf"
+    pin_dir: str = "/sys/fs/bpf/nslab-pacer"
+    hold: str = "auto"
+    quantum_ns: float = 0.0
 
     def __post_init__(self):
         if self.mode not in ("sense", "pace"):
             raise ValueError(f"mode must be sense or pace, got {self.mode!r}")
+        if self.datapath not in ("bpf", "probe"):
+            raise ValueError(f"datapath must be bpf or probe, got {self.datapath!r}")
+        if self.hold not in ("auto", "edt", "refuse"):
+            raise ValueError(f"hold must be auto, edt or refuse, got {self.hold!r}")
+        if self.quantum_ns < 0:
+            raise ValueError(f"quantum_ns must be >= 0, got {self.quantum_ns}")
         for name in ("probe_s", "sense_s", "active_s", "report_s", "poll_s", "stale_s",
                      "line_mbit"):
             if not getattr(self, name) > 0:
@@ -161,12 +171,13 @@ class Sync:
         return est.offset_ns, est.drift_ppm, est.ref_ns
 
 
-class Pacer:
-    """One VM's pacer (see the module doc). ``run(stop)`` until ``stop`` is set.
+class PacerBase:
+    """What both datapaths share: the configuration, the VM clock, the synchronization state
+    from the coordinator, TCP sensing (sock_diag) and the report loop. A subclass provides
+    ``_start``, ``_step`` (every ``sense_s``), ``_dests`` (the report's per-destination part)
+    and ``_close``."""
 
-    Raises:
-        agents.pacerio.PacerIOError: the compiled loop cannot be built.
-    """
+    datapath = "probe"
 
     def __init__(self, cfg: PacerConfig, clock: Clock | None = None):
         self.cfg = cfg
@@ -175,67 +186,25 @@ class Pacer:
         self.index = {n: i for i, n in enumerate(self.names)}
         self.by_ip = {ip: name for name, ip in cfg.peers.items()}
         self.sync = Sync(cfg.name, cfg.sync_sigma_ns or cfg.gate.threshold_ns / 4, cfg.stale_s)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, _RX_SOFTWARE)
-        self.sock.bind((cfg.bind, cfg.port))
-        self.sock.setblocking(False)
-        self.engine = Engine(self.sock, cfg.port, [cfg.peers[n] for n in self.names],
-                             cfg.mode == "pace", cfg.gate, cfg.probe_s,
-                             self.clock.to_vm_ns if self.clock.path else None)
-        self.holder = Holder(cfg.ifname, cfg.line_mbit, cfg.port) if cfg.mode == "pace" else None
-        if self.holder is not None:  # every peer's class ready: a hold never waits for one
-            for i, name in enumerate(self.names):
-                self.engine.set_switch(i, *self.holder.messages(cfg.peers[name]))
-        try:
-            self.engine.watch_syn(socket.if_nametoindex(cfg.ifname), cfg.active_s)
-        except OSError as e:
-            log.warning("no SYN watch on %s (%s): destinations are probed once sock_diag "
-                        "shows their data", cfg.ifname, e)
         self.diag = DiagSocket()
         self.diag.bind()
         self.net0 = netstat()
         self.active: set[str] = set()
         self.busy_at: dict[str, float] = {}
         self.tcp: dict = {}
-        self.owd: dict[str, deque] = {}
-        self.react: dict[str, deque] = {}
-        self.wake: dict[str, deque] = {}
         self.status = "starting"
         self.synced = False
+        self.note = ""
+        """Appended to the status: why this datapath runs (a fallback's reason)."""
         self.lock = threading.Lock()
 
-    # -- the native loop's state -------------------------------------------------------
-    def _update(self) -> None:
-        """Tell the native loop which destinations to probe and gate, with their clocks."""
-        now = self.clock.now_ns()
-        whys = {}
-        for i, name in enumerate(self.names):
-            active = name in self.active
-            whys[name] = why = self.sync.why_not(name, now)
-            off, drift, at = self.sync.clock_of(name)
-            self.engine.set_dest(i, active, why is None, off, drift if at else 0.0, at or 0)
-        off, drift, at = self.sync.clock_of(self.cfg.name)
-        self.engine.set_dest(len(self.names), False, True, off, drift if at else 0.0, at or 0)
-        # the active destinations' state, or every peer's while none is (ready before traffic)
+    def _state(self, whys: dict[str, str | None]) -> None:
+        """``synced`` and ``status`` from each peer's reason not to gate (None: it can be):
+        the active destinations', or every peer's while none is."""
         why = next((whys[n] for n in (self.active or self.names) if whys[n] is not None), None)
         self.synced = why is None
-        self.status = why or ("pacing" if self.holder is not None
-                              else "sensing (mode sense): gate off")
-
-    def _drain(self) -> None:
-        """The native loop's samples into the per-destination OWD and reaction series."""
-        recs = self.engine.drain()
-        if not len(recs):
-            return
-        with self.lock:
-            for i in np.unique(recs["dst"]):
-                mine = recs[recs["dst"] == i]
-                name = self.names[i]
-                self.owd.setdefault(name, deque(maxlen=_SAMPLES)).extend(mine["owd_ns"])
-                self.wake.setdefault(name, deque(maxlen=_SAMPLES)).extend(mine["wake_ns"])
-                held = mine["react_ns"][mine["held"] != 0]
-                if len(held):
-                    self.react.setdefault(name, deque(maxlen=_SAMPLES)).extend(held)
+        self.status = (why or ("pacing" if self.cfg.mode == "pace"
+                               else "sensing (mode sense): gate off")) + self.note
 
     # -- sensing, sync, reports --------------------------------------------------------
     def _sense(self) -> None:
@@ -256,8 +225,129 @@ class Pacer:
         except (OSError, ValueError) as e:
             log.debug("coordinator poll: %s", e)
 
+    def _dests(self) -> dict[str, PacerDest]:
+        raise NotImplementedError
+
     def report(self) -> PacerReport:
         """The pacer's state now."""
+        return PacerReport(name=self.cfg.name, t_ns=self.clock.now_ns(), mode=self.cfg.mode,
+                           datapath=self.datapath, threshold_us=self.cfg.gate.threshold_ns / 1e3,
+                           synced=self.synced, status=self.status, net=netstat().since(self.net0),
+                           dests=self._dests())
+
+    def _send_report(self, conn: list) -> None:
+        line = (json.dumps(self.report().model_dump(mode="json")) + "\n").encode()
+        try:
+            if not conn:
+                conn.append(socket.create_connection(self.cfg.coordinator, timeout=1.0))
+            conn[0].sendall(line)
+        except OSError as e:
+            log.debug("report: %s", e)
+            if conn:
+                conn.pop().close()
+
+    def _control(self, stop: threading.Event) -> None:
+        """Coordinator polls and reports, off the sensing loop (an HTTP call may block)."""
+        conn: list = []
+        next_report = 0.0
+        while not stop.is_set():
+            self._poll()
+            if time.monotonic() >= next_report:
+                self._send_report(conn)
+                next_report = time.monotonic() + self.cfg.report_s
+            stop.wait(min(self.cfg.poll_s, self.cfg.report_s))
+        self._send_report(conn)
+        for c in conn:
+            c.close()
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def _step(self) -> None:
+        raise NotImplementedError
+
+    def _close(self, reported: bool) -> None:
+        raise NotImplementedError
+
+    def run(self, stop: threading.Event) -> None:
+        """Run until ``stop`` is set; then release every hold and remove what the datapath
+        added to the interface."""
+        control = threading.Thread(target=self._control, args=(stop,), daemon=True,
+                                   name="pacer-control")
+        control.start()
+        self._start()
+        try:
+            while not stop.is_set():
+                self.clock.refresh()
+                self._sense()
+                self._step()
+                stop.wait(self.cfg.sense_s)
+        finally:
+            stop.set()
+            control.join(5.0)
+            self._close(not control.is_alive())  # its last report reads the counters
+            self.diag.close()
+
+
+class Pacer(PacerBase):
+    """One VM's pacer (see the module doc). ``run(stop)`` until ``stop`` is set.
+
+    Raises:
+        agents.pacerio.PacerIOError: the compiled loop cannot be built.
+    """
+
+    def __init__(self, cfg: PacerConfig, clock: Clock | None = None):
+        super().__init__(cfg, clock)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, _RX_SOFTWARE)
+        self.sock.bind((cfg.bind, cfg.port))
+        self.sock.setblocking(False)
+        self.engine = Engine(self.sock, cfg.port, [cfg.peers[n] for n in self.names],
+                             cfg.mode == "pace", cfg.gate, cfg.probe_s,
+                             self.clock.to_vm_ns if self.clock.path else None)
+        self.holder = Holder(cfg.ifname, cfg.line_mbit, cfg.port) if cfg.mode == "pace" else None
+        if self.holder is not None:  # every peer's class ready: a hold never waits for one
+            for i, name in enumerate(self.names):
+                self.engine.set_switch(i, *self.holder.messages(cfg.peers[name]))
+        try:
+            self.engine.watch_syn(socket.if_nametoindex(cfg.ifname), cfg.active_s)
+        except OSError as e:
+            log.warning("no SYN watch on %s (%s): destinations are probed once sock_diag "
+                        "shows their data", cfg.ifname, e)
+        self.owd: dict[str, deque] = {}
+        self.react: dict[str, deque] = {}
+        self.wake: dict[str, deque] = {}
+
+    # -- the native loop's state -------------------------------------------------------
+    def _update(self) -> None:
+        """Tell the native loop which destinations to probe and gate, with their clocks."""
+        now = self.clock.now_ns()
+        whys = {}
+        for i, name in enumerate(self.names):
+            active = name in self.active
+            whys[name] = why = self.sync.why_not(name, now)
+            off, drift, at = self.sync.clock_of(name)
+            self.engine.set_dest(i, active, why is None, off, drift if at else 0.0, at or 0)
+        off, drift, at = self.sync.clock_of(self.cfg.name)
+        self.engine.set_dest(len(self.names), False, True, off, drift if at else 0.0, at or 0)
+        self._state(whys)
+
+    def _drain(self) -> None:
+        """The native loop's samples into the per-destination OWD and reaction series."""
+        recs = self.engine.drain()
+        if not len(recs):
+            return
+        with self.lock:
+            for i in np.unique(recs["dst"]):
+                mine = recs[recs["dst"] == i]
+                name = self.names[i]
+                self.owd.setdefault(name, deque(maxlen=_SAMPLES)).extend(mine["owd_ns"])
+                self.wake.setdefault(name, deque(maxlen=_SAMPLES)).extend(mine["wake_ns"])
+                held = mine["react_ns"][mine["held"] != 0]
+                if len(held):
+                    self.react.setdefault(name, deque(maxlen=_SAMPLES)).extend(held)
+
+    def _dests(self) -> dict[str, PacerDest]:
         dests = {}
         with self.lock:
             owd = {d: np.asarray(s) for d, s in self.owd.items()}
@@ -278,55 +368,18 @@ class Pacer:
                                     probes_sent=st.sent, above_threshold=st.above,
                                     probes_lost=st.sent - st.echoed,
                                     stale_echoes=st.stale)
-        return PacerReport(name=self.cfg.name, t_ns=self.clock.now_ns(), mode=self.cfg.mode,
-                           threshold_us=self.cfg.gate.threshold_ns / 1e3,
-                           synced=self.synced, status=self.status, net=netstat().since(self.net0),
-                           dests=dests)
+        return dests
 
-    def _send_report(self, conn: list) -> None:
-        line = (json.dumps(self.report().model_dump(mode="json")) + "\n").encode()
-        try:
-            if not conn:
-                conn.append(socket.create_connection(self.cfg.coordinator, timeout=1.0))
-            conn[0].sendall(line)
-        except OSError as e:
-            log.debug("report: %s", e)
-            if conn:
-                conn.pop().close()
-
-    def _control(self, stop: threading.Event) -> None:
-        """Coordinator polls and reports, off the probe loop (an HTTP call may block)."""
-        conn: list = []
-        next_report = 0.0
-        while not stop.is_set():
-            self._poll()
-            if time.monotonic() >= next_report:
-                self._send_report(conn)
-                next_report = time.monotonic() + self.cfg.report_s
-            stop.wait(min(self.cfg.poll_s, self.cfg.report_s))
-        self._send_report(conn)
-        for c in conn:
-            c.close()
-
-    def run(self, stop: threading.Event) -> None:
-        """Run until ``stop`` is set; then release every hold and remove the qdisc."""
-        control = threading.Thread(target=self._control, args=(stop,), daemon=True,
-                                   name="pacer-control")
-        control.start()
+    def _start(self) -> None:
         self.engine.start()
-        try:
-            while not stop.is_set():
-                self.clock.refresh()
-                self._sense()
-                self._update()
-                self._drain()
-                stop.wait(self.cfg.sense_s)
-        finally:
-            stop.set()
-            control.join(5.0)
-            if not control.is_alive():  # its last report reads the engine's counters
-                self.engine.close()
-            if self.holder is not None:
-                self.holder.close()
-            self.diag.close()
-            self.sock.close()
+
+    def _step(self) -> None:
+        self._update()
+        self._drain()
+
+    def _close(self, reported: bool) -> None:
+        if reported:
+            self.engine.close()
+        if self.holder is not None:
+            self.holder.close()
+        self.sock.close()

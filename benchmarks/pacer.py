@@ -1,49 +1,40 @@
-"""Pacer off/on under incast: N senders on leaf1 each send the same bytes over TCP
-(workloads.bulk: a sender is done when the receiver has its bytes) to
-one VM on leaf2 at once, behind its downlink's packet queue; the same rounds with the pacers
-in ``sense`` mode (measuring only: the baseline, plain CUBIC/BBR as configured) and in
-``pace`` mode, On-Ramp's hold as published (``onramp``: the sample's OWD - T) and the pacer's
-default (``pace``: the OWD extrapolated to now, a hold lasting until a sample sent during
-it comes back below T, and a probe without echo for T + the longest hold holding too:
-agents/gate.py) and the same with the release spread (``spread``: a per-VM draw of up to the
-hold's largest excess later, so that held senders do not release together), side by side in
-one lab per (senders, queue): the senders on leaf1, the receiver first on leaf2 and the
-coordinator last there, in no flow (leaves of at least 2 VMs). The senders start together
-(``session.incast``'s start barrier: the round is timed from the go, not from their Python
-start).
+"""The pacer under incast, its kernel datapath beside its probe datapath and beside the baselines a
+user would pick (CUBIC alone, BBR alone), in one lab per (senders, queue), rounds interleaved:
+N senders on leaf1 each send the same bytes over TCP (workloads.bulk) to one VM on leaf2 at
+once, behind its downlink's packet queue (``session.incast``: timed from the go).
 
-    sudo .venv/bin/python benchmarks/pacer.py [--senders 4] [--queues 50] [--rounds 2]
-                                              [--rate 5] [--cc cubic] [--probe-us P] [--before REF]
+    sudo .venv/bin/python benchmarks/pacer.py [--senders 2,4,8] [--queues 20,30,50]
+        [--rounds 3] [--arms bpf,probe,cubic,bbr] [--rate 5]
 
-With ``--before REF`` a row ``pace@REF`` follows, the pacers of REF's tree in the same lab
-(theirs on their PYTHONPATH, the lab and the rest this tree's): the pacer before and after a
-change of it, side by side in one run.
+Arms: ``bpf`` (the pacer's default: OWD of every data segment and holds in the kernel, CUBIC),
+``probe`` (the pacer's UDP probes and HTB switches, CUBIC), ``cubic`` and ``bbr`` (no pacer at
+all). Each round runs every arm once, in turn; a paced arm's pacers start before its round
+(their clocks synchronized) and stop after it.
 
-Printed per row: completion (s, all senders done), fabric and VM-link queue drops (the lab's tc
-counters: the truth) but those on the coordinator's link (``coord``: the agents' records, 0.4
-Mbit/s from each agent, overflow a 5 Mbit/s downlink at 16 VMs), the pacers' own probes among
-them (``probes``: lost), TCP retransmitted
-segments and RTOs (the pacers' sensing), the senders' OWD p99 toward the receiver (us), holds,
-the pacers' reaction delay (an echo's arrival to its hold applied, p99 of the slowest sender,
-us) and the part of it before the pacer's loop handled the echo (``wake``: waiting for a CPU),
-the pacers' CPU (fraction of a core), whether the machine was saturated, and the drops per link
-("a-b", both ends); after each lab, its fidelity line (``report.text.fidelity_line``: which
-cores and links the CPU limited).
-Goal (issue 10): zero drops with the pacer on, completion not worse.
+Printed per (senders, queue, arm): completion median with its 95 % bootstrap interval and p99
+over the rounds (s), fabric and VM-link queue drops per round (the lab's tc counters, the
+truth; the coordinator's link left out: the agents' records), rounds without a drop, TCP
+retransmissions (paced arms: the pacers' sensing), holds, the reaction time of the kernel
+datapath (the receiver's echo delay p99 + the echo's transit p99, us) and the pacers' CPU
+(fraction of a core, the busiest pacer); then per cell the ratio of the bpf arm's median
+completion to CUBIC's and to BBR's with a 95 % bootstrap interval (scipy.stats.bootstrap) and a
+verdict (better, worse, no difference at this N). The table, and every sample, go to
+``benchmarks/results/pacer.json`` with the machine and the commit (``record.py``). Goals
+(issue 29): zero drops paced up to 8 senders on 20-packet queues; incast completion p99 at
+least 2x better than CUBIC alone.
 """
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
+import numpy as np
 import psutil
 from mininet.log import setLogLevel
+from scipy import stats
 
-from contracts.results.lab import Fidelity, fidelity_line
 from lab import Lab
 from lab.fidelity import FidelitySampler
 from session.daemons import AgentMesh, AgentsSpec, PacerSpec
@@ -52,121 +43,166 @@ from session.incast import incast
 from topo import LeafSpine
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from agent_cost import checkout, pythonpath  # noqa: E402 - benchmarks/ is this script's directory
+from record import record  # noqa: E402 - benchmarks/ is this script's directory
+
+ARMS = {"bpf": ("bpf", "cubic"), "probe": ("probe", "cubic"), "cubic": (None, "cubic"),
+        "bbr": (None, "bbr")}
+"""arm -> (pacer datapath, None: no pacer; the senders' congestion control)."""
 
 
-def run_mode(lab, mesh, senders, rx, mode: str, spec: PacerSpec, rounds: int, nbytes: int,
-             cc: str | None, tree: str | None = None):
-    with pythonpath(tree):
-        started = mesh.start_pacers(senders + [rx], mode, spec)
-    # else the first round runs ungated, or with the last row's pacers' reports
-    wait_synced(mesh, [s.name for s in senders], 60.0, started)
-    cpu0 = {k: psutil.Process(p.pid).cpu_times() for k, p in mesh.procs.items()
-            if k.startswith("pacer-")}
+def interval(xs: list[float]) -> tuple[float, float] | None:
+    """95 % bootstrap interval of the median of ``xs`` (None below 3 samples)."""
+    if len(xs) < 3 or len(set(xs)) < 2:
+        return None
+    r = stats.bootstrap((np.asarray(xs),), np.median, confidence_level=0.95,
+                        n_resamples=2000, method="percentile", random_state=0)
+    return float(r.confidence_interval.low), float(r.confidence_interval.high)
+
+
+def ratio(xs: list[float], ys: list[float]) -> dict:
+    """median(xs) / median(ys) with a 95 % bootstrap interval and a verdict."""
+    med = float(np.median(xs) / np.median(ys))
+    if len(xs) < 3 or len(ys) < 3:
+        return {"ratio": med, "ci": None, "verdict": "no difference at this N"}
+    r = stats.bootstrap((np.asarray(xs), np.asarray(ys)),
+                        lambda a, b, axis=-1: np.median(a, axis=axis) / np.median(b, axis=axis),
+                        confidence_level=0.95, n_resamples=2000, method="percentile",
+                        vectorized=True, random_state=0)
+    lo, hi = float(r.confidence_interval.low), float(r.confidence_interval.high)
+    verdict = "better" if hi < 1 else "worse" if lo > 1 else "no difference at this N"
+    return {"ratio": med, "ci": [lo, hi], "verdict": verdict}
+
+
+def one_round(lab, mesh, senders, rx, arm: str, spec: PacerSpec, nbytes: int) -> dict:
+    """One incast round of ``arm``: its pacers started (and synchronized) first if it has any."""
+    datapath, cc = ARMS[arm]
+    out = {"retrans": None, "holds": None, "react_us": None, "cpu": None}
+    if datapath is not None:
+        started = mesh.start_pacers(senders + [rx], "pace",
+                                    spec.model_copy(update={"datapath": datapath}))
+        wait_synced(mesh, [s.name for s in senders], 60.0, started)
+        procs = {k: psutil.Process(p.pid) for k, p in mesh.procs.items() if k.startswith("pacer-")}
+        cpu0 = {k: sum(p.cpu_times()[:2]) for k, p in procs.items()}
     t0 = time.monotonic()
-    res = [incast(lab, senders, rx, nbytes, cc) for _ in range(rounds)]
-    time.sleep(1.5)
-    st = mesh.state()
-    wall = time.monotonic() - t0
-    cpu = max((sum(psutil.Process(mesh.procs[k].pid).cpu_times()[:2]) - sum(c[:2])) / wall
-              for k, c in cpu0.items())
-    mesh.stop_pacers()
-    reps = [st.pacers[s.name] for s in senders if st and s.name in st.pacers]
-    owd = [r.dests[rx.name].owd_us_p99 for r in reps if rx.name in r.dests
-           and r.dests[rx.name].owd_us_p99 is not None]
-    where: dict[str, int] = {}
-    for _, d in res:
-        for k, v in d.items():
-            where[k] = where.get(k, 0) + v
+    completion, where = incast(lab, senders, rx, nbytes, cc)
+    if datapath is not None:
+        time.sleep(1.2)  # a report after the round
+        wall = time.monotonic() - t0
+        out["cpu"] = max((sum(p.cpu_times()[:2]) - cpu0[k]) / wall for k, p in procs.items())
+        st = mesh.state()
+        mesh.stop_pacers()
+        reps = [st.pacers[s.name] for s in senders if st and s.name in st.pacers]
+        dests = [r.dests[rx.name] for r in reps if rx.name in r.dests]
+        back = st.pacers.get(rx.name) if st else None
+        echo = max((back.dests[s.name].echo_us_p99 or 0 for s in senders
+                    if back and s.name in back.dests), default=0)
+        out.update(retrans=sum(r.net.retrans_segs for r in reps),
+                   holds=sum(d.holds for d in dests),
+                   react_us=(echo + max((d.react_us_p99 or 0 for d in dests), default=0))
+                   if datapath == "bpf" else max((d.react_us_p99 or 0 for d in dests),
+                                                 default=0))
     coord = {k: v for k, v in where.items() if mesh.coordinator.name in k.split("-")}
-    return {"completion_s": sum(t for t, _ in res) / rounds,
-            "drops": sum(where.values()) - sum(coord.values()), "coord": sum(coord.values()),
-            "where": where,
-            "retrans": sum(r.net.retrans_segs for r in reps),
-            "rtos": sum(r.net.timeouts for r in reps),
-            "owd_p99_us": max(owd) if owd else None,
-            "holds": sum(r.dests[rx.name].holds for r in reps if rx.name in r.dests),
-            "probes_lost": sum(r.dests[rx.name].probes_lost for r in reps if rx.name in r.dests),
-            "react_us": max((r.dests[rx.name].react_us_p99 or 0 for r in reps
-                             if rx.name in r.dests), default=0),
-            "wake_us": max((r.dests[rx.name].wake_us_p99 or 0 for r in reps
-                            if rx.name in r.dests), default=0),
-            "cpu": cpu}
+    return {"completion_s": completion, "drops": sum(where.values()) - sum(coord.values()),
+            "where": where, **out}
+
+
+def cell(args, n: int, q: int) -> dict:
+    """Every arm's rounds in one lab of ``n`` senders and ``q``-packet queues."""
+    per = max(n, 2)  # leaf2: the receiver first, the coordinator last, in no flow
+    topo = LeafSpine(spines=1, leaves=2, vms_per_leaf=per, host_bw=args.rate, fabric_bw=1000,
+                     host_queue=q)
+    k = 20.0 / args.rate  # time dilation: the defaults are for 20 Mbit/s-scaled links
+    base = PacerSpec()
+    spec = PacerSpec(threshold_us=base.threshold_us * k, max_hold_us=base.max_hold_us * k,
+                     probe_us=base.probe_us * k)
+    samples: dict[str, list[dict]] = {a: [] for a in args.arms}
+    with Lab(topo, name="bench_pace") as lab, FidelitySampler() as fid:
+        mesh = AgentMesh(lab, AgentsSpec(enabled=True, coordinator=f"vm{2 * per}"))
+        mesh.start()
+        try:
+            time.sleep(8)  # clock sync converges
+            senders, rx = [lab[f"vm{i}"] for i in range(1, n + 1)], lab[f"vm{per + 1}"]
+            for _ in range(args.rounds):
+                for arm in args.arms:
+                    samples[arm].append(one_round(lab, mesh, senders, rx, arm, spec,
+                                                  args.bytes))
+        finally:
+            mesh.stop()
+        return {"senders": n, "queue": q, "samples": samples, "fidelity": fid.summary()}
+
+
+def summary(c: dict) -> dict:
+    """Per arm: completion median, interval and p99, drops; per baseline: bpf's ratio."""
+    out = {}
+    for arm, xs in c["samples"].items():
+        t = [x["completion_s"] for x in xs]
+        out[arm] = {"median_s": float(np.median(t)), "ci_s": interval(t),
+                    "p99_s": float(np.percentile(t, 99)), "drops": [x["drops"] for x in xs],
+                    "zero_drop_rounds": sum(x["drops"] == 0 for x in xs)}
+    if "bpf" in c["samples"]:
+        bpf = [x["completion_s"] for x in c["samples"]["bpf"]]
+        for base in ("cubic", "bbr", "probe"):
+            if base in c["samples"]:
+                out[f"bpf/{base}"] = ratio(bpf, [x["completion_s"] for x in
+                                                 c["samples"][base]])
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--senders", default="4", help="senders per row, comma separated")
-    ap.add_argument("--queues", default="50", help="downlink queue limits, packets")
+    ap.add_argument("--senders", default="2,4,8", help="senders per cell, comma separated")
+    ap.add_argument("--queues", default="20,30,50", help="downlink queue limits, packets")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--arms", default="bpf,probe,cubic,bbr",
+                    help=f"comma separated, of {', '.join(ARMS)}")
     ap.add_argument("--rate", type=float, default=5.0,
-                    help="VM link rate, Mbit/s (time dilation: T, the hold and the probe period "
-                         "default to the pacer's defaults x 20 / this)")
-    ap.add_argument("--bytes", type=int, default=500_000, help="per sender per round")
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--threshold-us", type=float, default=None)
-    ap.add_argument("--max-hold-us", type=float, default=None)
-    ap.add_argument("--probe-us", type=float, default=None)
-    ap.add_argument("--cc", default="cubic", help="the senders' TCP congestion control "
-                    "(empty: the VMs' default)")
-    ap.add_argument("--before", default=None, help="also run REF's pacers (row pace@REF)")
+                    help="VM link rate, Mbit/s (T, the longest hold and the probe period are "
+                         "the pacer's defaults x 20 / this: time dilation)")
+    ap.add_argument("--bytes", type=int, default=300_000, help="per sender per round")
     args = ap.parse_args()
-    base, k = PacerSpec(), 20.0 / args.rate
-    for name in ("threshold_us", "max_hold_us", "probe_us"):
-        if getattr(args, name) is None:
-            setattr(args, name, getattr(base, name) * k)
-    with tempfile.TemporaryDirectory() as tmp:
-        before = checkout(args.before, tmp) if args.before else None
-        if before and os.path.exists(os.path.join(before, "agents", "native", "pacer.c")):
-            subprocess.run(["make", "-s", "-C", os.path.join(before, "agents", "native")],
-                           check=True)  # REF's compiled loop (a checkout has no build)
-        sweep(args, before)
-
-
-def sweep(args, before: str | None) -> None:
-    """Every (senders, queue) row group of the module doc."""
+    args.arms = args.arms.split(",")
+    if unknown := set(args.arms) - set(ARMS):
+        ap.error(f"unknown arms {sorted(unknown)}")
     setLogLevel("error")
-    print(f"{'senders':>7s} {'queue':>5s} {'mode':>11s} {'compl s':>7s} {'drops':>6s} "
-          f"{'coord':>5s} "
-          f"{'probes':>6s} {'retrans':>7s} {'RTOs':>4s} {'OWD p99 us':>10s} {'holds':>5s} "
-          f"{'react us':>8s} {'wake us':>7s} {'CPU':>5s} "
-          f"{'saturated':>9s} drops per link")
+    cells, rows = [], []
+    print(f"{'senders':>7s} {'queue':>5s} {'arm':>6s} {'median s':>8s} {'95% CI':>15s} "
+          f"{'p99 s':>6s} {'drops/round':>16s} {'0-drop':>6s} {'retrans':>7s} {'holds':>5s} "
+          f"{'react us':>8s} {'CPU':>5s}")
     for n in (int(x) for x in args.senders.split(",")):
         for q in (int(x) for x in args.queues.split(",")):
-            per = max(n, 2)  # leaf2: the receiver first, the coordinator last
-            topo = LeafSpine(spines=1, leaves=2, vms_per_leaf=per, host_bw=args.rate,
-                             fabric_bw=1000, host_queue=q)
-            with Lab(topo, name="bench_pace") as lab, FidelitySampler() as fid:
-                # the coordinator on leaf2's last VM, in no flow: the agents' records (about
-                # 0.4 Mbit/s from each of 15 agents at 8 senders) overflowed vm1's 5 Mbit/s
-                # downlink, the first sender's, when it ran there
-                mesh = AgentMesh(lab, AgentsSpec(enabled=True, coordinator=f"vm{2 * per}"))
-                mesh.start()
-                try:
-                    time.sleep(8)  # clock sync converges
-                    senders = [lab[f"vm{i}"] for i in range(1, n + 1)]
-                    rx = lab[f"vm{per + 1}"]
-                    spec = PacerSpec(threshold_us=args.threshold_us,
-                                     max_hold_us=args.max_hold_us, probe_us=args.probe_us)
-                    onramp = spec.model_copy(update={"predict": False, "fresh": False})
-                    spread = spec.model_copy(update={"spread": True})
-                    rows = [("sense", "sense", spec, None), ("onramp", "pace", onramp, None),
-                            ("pace", "pace", spec, None), ("spread", "pace", spread, None)]
-                    if before:
-                        rows.append((f"pace@{args.before}", "pace", spec, before))
-                    for label, mode, s, tree in rows:
-                        r = run_mode(lab, mesh, senders, rx, mode, s, args.rounds,
-                                     args.bytes, args.cc, tree)
-                        owd = f"{r['owd_p99_us']:10.0f}" if r["owd_p99_us"] else f"{'-':>10s}"
-                        print(f"{n:7d} {q:5d} {label:>11s} {r['completion_s']:7.3f} "
-                              f"{r['drops']:6d} {r['coord']:5d} {r['probes_lost']:6d} "
-                              f"{r['retrans']:7d} "
-                              f"{r['rtos']:4d} {owd} "
-                              f"{r['holds']:5d} {r['react_us']:8.0f} {r['wake_us']:7.0f} "
-                              f"{r['cpu']:5.2f} "
-                              f"{fid.summary()['saturated']!s:>9s} {r['where']}", flush=True)
-                finally:
-                    mesh.stop()
-                print("  " + fidelity_line(Fidelity.model_validate(fid.summary())), flush=True)
+            c = cell(args, n, q)
+            c["summary"] = s = summary(c)
+            cells.append(c)
+            for arm in args.arms:
+                a, xs = s[arm], c["samples"][arm]
+                ci = f"[{a['ci_s'][0]:.2f}, {a['ci_s'][1]:.2f}]" if a["ci_s"] else "-"
+
+                def med(key, xs=xs):
+                    v = [x[key] for x in xs if x[key] is not None]
+                    return f"{np.median(v):.0f}" if v else "-"
+                cpu = [x["cpu"] for x in xs if x["cpu"] is not None]
+                rows.append({"senders": n, "queue": q, "arm": arm,
+                             "median s": round(a["median_s"], 2), "95% CI": ci,
+                             "p99 s": round(a["p99_s"], 2), "drops/round": a["drops"],
+                             "0-drop rounds": f"{a['zero_drop_rounds']}/{len(xs)}",
+                             "reaction us": med("react_us")})
+                print(f"{n:7d} {q:5d} {arm:>6s} {a['median_s']:8.2f} {ci:>15s} "
+                      f"{a['p99_s']:6.2f} {str(a['drops']):>16s} "
+                      f"{a['zero_drop_rounds']:>3d}/{len(xs):<2d} {med('retrans'):>7s} "
+                      f"{med('holds'):>5s} {med('react_us'):>8s} "
+                      f"{(f'{max(cpu):.3f}' if cpu else '-'):>5s}", flush=True)
+            for key in (k for k in s if "/" in k):
+                r = s[key]
+                ci = f"[{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]" if r["ci"] else "-"
+                print(f"{'':20s}{key}: {r['ratio']:.2f} {ci} {r['verdict']}")
+            print(f"{'':20s}saturated: {c['fidelity']['saturated']} "
+                  f"({c['fidelity'].get('saturated_share', 0):.0%} of the cell)", flush=True)
+    record("pacer", "Incast: the pacer's kernel datapath beside its probe datapath, CUBIC and "
+           "BBR", ["senders", "queue", "arm", "median s", "95% CI", "p99 s", "drops/round",
+                   "0-drop rounds", "reaction us"], rows,
+           note="rounds interleaved in one lab per cell; drops: the lab's tc counters",
+           data={"cells": [{k: v for k, v in c.items() if k != "fidelity"} | {
+               "saturated": c["fidelity"]["saturated"]} for c in cells]})
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import os
 import sys
 
 import cli
+from agents import bpf
 from cli import version
 from lab import native
 from lab.capabilities import (
@@ -29,7 +30,9 @@ def add_parser(sub) -> None:
                                    "routing, cgroups (v1 or v2), multipath hashing, mnexec, "
                                    "iperf3, tcpdump and chronyd, and build the compiled parts "
                                    "(the VM clock preload, the agents' datagram path, the "
-                                   "pacer's loop) into nslab's cache; say where each piece "
+                                   "pacer's loop and its BPF datapath) into nslab's cache, load "
+                                   "the BPF datapath (which hold: edt with sch_fq, else "
+                                   "refuse); say where each piece "
                                    "came from, what each missing one disables and the command "
                                    "or package that brings it. The "
                                    "probe creates a namespace nslab-probe-PID with a veth pair "
@@ -41,12 +44,26 @@ def add_parser(sub) -> None:
     p.set_defaults(func=main)
 
 
+def pacer_capability(fq: bool) -> Capability:
+    """The pacer's kernel datapath (``agents.bpf.probe``) and how it would hold: ``edt`` with
+    sch_fq, else ``refuse`` (``agents/bpfpacer.py``)."""
+    ok, detail = bpf.probe()
+    hold = "hold edt (sch_fq)" if fq else "hold refuse (no sch_fq)"
+    return Capability("pacer_datapath", ok, f"{detail}; {hold}" if ok else detail,
+                      "the pacer's kernel datapath (pacers run datapath probe instead)",
+                      "" if ok else "make setup (clang, libbpf-dev) on a kernel with "
+                      "CONFIG_BPF_SYSCALL and CONFIG_NET_CLS_BPF")
+
+
 def main(args) -> int:
     require_root()
     say = (lambda text: print(text, file=sys.stderr)) if args.json else print
     say(f"nslab doctor: {probe_plan()}")
     caps = {"nslab": installed(), **probe(), **native.capabilities(),
             "chronyd": chrony.capability()}
+    say("nslab doctor: loads the pacer's BPF object with its maps in a bpffs mounted at "
+        "/tmp/nslab-bpf-*, then unmounts and removes it")
+    caps["pacer_datapath"] = pacer_capability(caps["fq"].ok)
     if probe_left():
         say(f"nslab doctor: {probe_namespace()} is still there: "
             f"ip netns delete {probe_namespace()}")

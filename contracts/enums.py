@@ -36,8 +36,16 @@ LbCase = Literal["symmetric", "link_down", "degraded"]
 CassiniModeName = Literal["fair", "shifted_synced", "shifted_raw", "unfair"]
 """CASSINI modes: fair sharing, time shifts on synced or raw clocks, unfair shares."""
 
-TwoStepName = Literal["naive", "aware", "aware_paced", "aware_bbr", "aware_cubic"]
+TwoStepName = Literal["naive", "aware", "aware_paced", "aware_probe", "aware_bbr", "aware_cubic"]
 """The two-step story's steps."""
+
+PacerDatapath = Literal["bpf", "probe"]
+"""The pacer's datapath: ``bpf`` in the kernel (tc programs), ``probe`` UDP probes and HTB
+switches from user space."""
+
+PacerHold = Literal["auto", "edt", "refuse"]
+"""How the kernel datapath holds a destination: ``edt`` (sch_fq), ``refuse`` (TCP keeps the
+segment), ``auto`` (edt where the kernel has sch_fq)."""
 
 SegmentKind = Literal["start", "step", "migrate", "vm_frequency", "vm_step"]
 """Why a VM clock segment began (``agents.clock``)."""

@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, WithJsonSchema
 
-from contracts.enums import ActivePacerMode
+from contracts.enums import ActivePacerMode, PacerDatapath
 from contracts.tcp import DestStats, NetCounters
 
 __all__ = ["HEALTH_SCHEMA", "RECORD", "REPORT_SCHEMA", "STATE_SCHEMA", "AgentMessage",
@@ -189,11 +189,13 @@ class PacerDest(_Wire):
     """The pacer's view of one destination VM since it started."""
 
     owd_us_p50: float | None = None
-    """Median one-way delay of the pacer's probes toward it, us (synchronized clocks)."""
+    """Median one-way delay toward it, us (synchronized clocks): of the pacer's probes
+    (datapath ``probe``), or of this VM's TCP data segments as that VM measured and echoed
+    them (``bpf``; from a histogram of 8 buckets per power of two: within 6 %)."""
     owd_us_p99: float | None = None
     """99th percentile one-way delay, us."""
     owd_samples: int = 0
-    """OWD samples taken."""
+    """OWD samples taken (``bpf``: echoes received from it)."""
     above_threshold: int = 0
     """OWD samples above the threshold T (only these can start or extend a hold)."""
     probes_sent: int = 0
@@ -213,12 +215,23 @@ class PacerDest(_Wire):
     held_ms: float = 0.0
     """Total time the gate held it, ms (as decided: a spell whose switch failed counts)."""
     react_us_p99: float | None = None
-    """From an echo's arrival (kernel stamp) to its hold applied, 99th percentile over the
-    recent holds, us: the control loop's own delay (benchmarks/pacer_model.py shows what a
-    given delay costs in drops)."""
+    """``probe``: from an echo's arrival (kernel stamp) to its hold applied, 99th percentile
+    over the recent holds, us: the control loop's own delay (benchmarks/pacer_model.py shows
+    what a given delay costs in drops). ``bpf``: from an echo leaving the destination to its
+    hold decided here (the echo's own transit; the hold applies to the next segment), 99th
+    percentile over every echo, us."""
     wake_us_p99: float | None = None
     """From an echo's arrival (kernel stamp) to the pacer's loop handling it, 99th percentile
     over the recent samples, us: the part of ``react_us_p99`` spent waiting for a CPU."""
+    echo_us_p99: float | None = None
+    """``bpf``: from a data segment of its arriving here (its OWD measured) to that sample's
+    echo leaving here toward it, 99th percentile, us: the receiver's part of its reaction
+    time (``react_us_p99`` at its pacer is the rest)."""
+    echoes: int = 0
+    """``bpf``: OWD samples of its data segments echoed to it."""
+    refused: int = 0
+    """``bpf``, hold ``refuse``: its new data segments refused while it was held (TCP kept
+    them unsent and sent them later: not drops, not retransmissions)."""
     tcp: DestStats | None = None
     """Its TCP connections now (``agents.tcpsense``); ``None`` without any."""
 
@@ -234,6 +247,10 @@ class PacerReport(_Wire):
     """This VM's clock when the report was made, ns."""
     mode: ActivePacerMode
     """``sense``: measure only; ``pace``: hold destinations above the threshold."""
+    datapath: PacerDatapath = "probe"
+    """``bpf``: OWD of every data segment and holds in the kernel (``agents.bpf``);
+    ``probe``: UDP probes and HTB switches from a compiled user-space loop
+    (``agents.pacerio``)."""
     threshold_us: float
     """On-Ramp's threshold T, us."""
     synced: bool

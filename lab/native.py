@@ -1,7 +1,8 @@
 """Every compiled part a lab uses, compiled at first use into nslab's cache (``agents.native``
 says how and why): the VM clock preload (``lab.vmclock.PRELOAD``) and the agents' parts
 (``agents.native.NATIVES``), which the lab installs in its VMs as a provisioning step would on
-real ones. ``python -m lab.native`` builds them all ahead (``make setup`` does)."""
+real ones. ``python -m lab.native [NAME ...]`` builds them all (or the named ones) ahead
+(``make setup`` does)."""
 from __future__ import annotations
 
 import sys
@@ -26,12 +27,12 @@ def ensure(part: Native) -> str:
         raise LabError(str(e)) from e
 
 
-def capabilities() -> dict[str, Capability]:
+def capabilities(parts: tuple[Native, ...] = PARTS) -> dict[str, Capability]:
     """Each part as ``nslab doctor`` reports it, built when missing: its path and whether it
     was in the cache or compiled now, or why it cannot be built and what brings the missing
     piece."""
     caps = {}
-    for part in PARTS:
+    for part in parts:
         there = built(part)
         try:
             path = build(part)
@@ -45,13 +46,19 @@ def capabilities() -> dict[str, Capability]:
     return caps
 
 
-def main() -> int:
-    """Build every part; print each with its path; exit 1 when one failed."""
-    caps = capabilities()
+def main(names: list[str]) -> int:
+    """Build every part (or those named); print each with its path; exit 1 when one failed
+    (or a name is no part's)."""
+    unknown = set(names) - {p.name for p in PARTS}
+    if unknown:
+        print(f"no such part: {', '.join(sorted(unknown))}; parts: "
+              f"{', '.join(p.name for p in PARTS)}", file=sys.stderr)
+        return 1
+    caps = capabilities(tuple(p for p in PARTS if not names or p.name in names))
     for c in caps.values():
         print(f"{c.name}: {c.detail}", file=sys.stdout if c.ok else sys.stderr)
     return 0 if all(c.ok for c in caps.values()) else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import os
 import signal
 import socket
@@ -20,8 +21,9 @@ import psutil
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agents.coordinator import DRIFT_WINDOWS
-from agents.native import PACER, PROBEIO
+from agents.native import PACER, PACER_BPF, PROBEIO
 from agents.probe import HEADER_LEN, TAG_LEN
+from contracts.enums import PacerDatapath, PacerHold
 from contracts.messages import CoordinatorState
 from lab import native
 from lab.errors import LabError
@@ -32,6 +34,8 @@ from workloads.stats import percentiles
 
 if TYPE_CHECKING:  # pragma: no cover
     from lab.lab import Lab
+
+log = logging.getLogger("session.daemons")
 
 AGENT_PORT, COORD_PORT, HTTP_PORT, PACER_PORT = 7701, 7700, 7780, 7703
 WIRE_OVERHEAD = 14 + 20 + 8
@@ -74,19 +78,33 @@ class PacerSpec(BaseModel):
     max_hold_us: float = Field(5000.0, gt=0, description="longest single hold, us; it also "
                                "sets how old an echo may be (4x) and the longest hold in one "
                                "piece (10x): agents.gate.GateConfig.for_hold")
-    probe_us: float = Field(500.0, ge=100, description="OWD probe period per active "
+    probe_us: float = Field(500.0, ge=100, description="probe: OWD probe period per active "
                                                        "destination, us (while at most 2 "
                                                        "probes are unanswered)")
-    predict: bool = Field(True, description="hold for the OWD extrapolated to now (False: "
-                                            "On-Ramp's rule as published; agents/gate.py)")
-    fresh: bool = Field(True, description="a hold also lasts until a sample sent during it "
-                                          "comes back below T, and a probe without echo for "
-                                          "T + max_hold_us holds too (False: On-Ramp's rule "
-                                          "as published; agents/gate.py)")
-    spread: bool = Field(False, description="with fresh, a release waits a draw in [0, the "
-                                            "hold's largest OWD - T), per VM, so that senders "
-                                            "held together release apart (False: at once; "
-                                            "agents/gate.py says why that is the default)")
+    predict: bool = Field(True, description="probe: hold for the OWD extrapolated to now "
+                                            "(False: On-Ramp's rule as published; "
+                                            "agents/gate.py)")
+    fresh: bool = Field(True, description="probe: a hold also lasts until a sample sent "
+                                          "during it comes back below T, and a probe without "
+                                          "echo for T + max_hold_us holds too (False: "
+                                          "On-Ramp's rule as published; agents/gate.py)")
+    spread: bool = Field(False, description="probe, with fresh: a release waits a draw in "
+                                            "[0, the hold's largest OWD - T), per VM, so that "
+                                            "senders held together release apart (False: at "
+                                            "once; agents/gate.py says why that is the "
+                                            "default); bpf: a hold's first length is "
+                                            "stretched by a draw in [0, itself)")
+    datapath: PacerDatapath = Field("bpf", description="bpf: OWD of every TCP data "
+                                              "segment and holds in the kernel (tc/cls_bpf on "
+                                              "the VM's interface; a kernel without BPF falls "
+                                              "back to probe, saying why); probe: UDP probes "
+                                              "and HTB switches from a user-space loop")
+    hold: PacerHold = Field("auto", description="bpf: edt (sch_fq) "
+                                                   "or refuse (TCP keeps a held segment "
+                                                   "unsent); auto: edt where the kernel has "
+                                                   "sch_fq (nslab doctor: pacer_datapath)")
+    quantum_us: float = Field(0.0, ge=0, description="bpf: holds rounded up to a multiple "
+                                                     "of this, us (0: not)")
 
     @model_validator(mode="after")
     def _spread_needs_fresh(self) -> PacerSpec:
@@ -172,6 +190,13 @@ class AgentMesh:
         Raises:
             LabError: the pacer's compiled loop cannot be built."""
         native.ensure(PACER)
+        pins = []
+        if spec.datapath == "bpf":
+            try:
+                native.ensure(PACER_BPF)
+                pins = ["--pin-dir", os.path.join(state_dir(self.lab.name), "bpf")]
+            except LabError as e:  # the pacers fall back to the probe datapath and say why
+                log.warning("%s", e)
         clocks = self.lab.clocks.specs
         started = {vm.name: clocks[vm.name].to_vm_ns(time.time_ns()) for vm in vms}
         cip = self.coordinator.IP()
@@ -186,7 +211,9 @@ class AgentMesh:
                          "--port", str(PACER_PORT), "--line-mbit", str(line),
                          "--threshold-us", str(spec.threshold_us),
                          "--max-hold-us", str(spec.max_hold_us),
-                         "--probe-us", str(spec.probe_us)]
+                         "--probe-us", str(spec.probe_us), "--datapath", spec.datapath,
+                         "--hold", spec.hold, "--quantum-us", str(spec.quantum_us)]
+                        + ([pins[0], os.path.join(pins[1], vm.name)] if pins else [])
                         + ([] if spec.predict else ["--no-predict"])
                         + ([] if spec.fresh else ["--no-fresh"])
                         + (["--spread"] if spec.spread else []))

@@ -1,6 +1,7 @@
 """The two-step story of a collective job on shallow fabric buffers: naive VMs, then VMs chosen
-from the agents' collocation groups, then the same VMs with the pacer on; beside them the
-baselines a user would pick instead of the pacer (the aware VMs with BBR, with CUBIC).
+from the agents' collocation groups, then the same VMs with the pacer on (its kernel datapath,
+the scenario's ``pacer.datapath``, and then its probe datapath); beside them the baselines a
+user would pick instead of the pacer (the aware VMs with BBR, with CUBIC).
 
 Every step runs the same job; the pacers run in its VMs in every step (``sense``: measuring
 only, ``pace``: On-Ramp's hold) so that each step's TCP retransmissions, RTOs and OWD p99
@@ -24,12 +25,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from session.daemons import AgentMesh, PacerSpec
     from session.scenario import JobSpec
 
-STEPS = (  # name, placement policy, pacer mode, congestion control (None: the job's own)
-    ("naive", "naive", "sense", None),
-    ("aware", "collocation_aware", "sense", None),
-    ("aware_paced", "collocation_aware", "pace", None),
-    ("aware_bbr", "collocation_aware", "sense", "bbr"),
-    ("aware_cubic", "collocation_aware", "sense", "cubic"),
+STEPS = (  # name, placement policy, pacer mode, congestion control (None: the job's own),
+    # pacer datapath (None: the scenario's)
+    ("naive", "naive", "sense", None, None),
+    ("aware", "collocation_aware", "sense", None, None),
+    ("aware_paced", "collocation_aware", "pace", None, None),
+    ("aware_probe", "collocation_aware", "pace", None, "probe"),
+    ("aware_bbr", "collocation_aware", "sense", "bbr", None),
+    ("aware_cubic", "collocation_aware", "sense", "cubic", None),
 )
 SEED_RATIOS = {"aware": 0.92, "aware_paced": 0.74}
 """The seed product's two-step result (fractions of the naive completion)."""
@@ -45,8 +48,10 @@ def drops(lab: Lab) -> int:
     return sum(incast.drops(lab).values())
 
 
-COMPARISONS = (("aware", "naive"), ("aware_paced", "naive"), ("aware_bbr", "naive"),
-               ("aware_cubic", "naive"), ("aware_paced", "aware"), ("aware_paced", "aware_cubic"))
+COMPARISONS = (("aware", "naive"), ("aware_paced", "naive"), ("aware_probe", "naive"),
+               ("aware_bbr", "naive"), ("aware_cubic", "naive"), ("aware_paced", "aware"),
+               ("aware_paced", "aware_cubic"), ("aware_paced", "aware_bbr"),
+               ("aware_paced", "aware_probe"))
 """(arm, baseline) pairs compared on completion over the repetitions."""
 
 
@@ -55,7 +60,8 @@ def run_step(lab: Lab, mesh: AgentMesh, spec: JobSpec, pacer: PacerSpec, step: t
              progress: Callable[[str], None]) -> tuple[dict, dict]:
     """Run one step (a ``STEPS`` entry) of ``spec``'s job: its entry (name, vms,
     completion_s, fabric_drops, probes_lost, retransmits, rtos, owd_p99_us, verified, pacer,
-    cc, error) and, for the paced step, its last pacer reports (VM -> ``PacerReport``).
+    datapath, cc, error) and, for the paced step on the scenario's datapath, its last pacer
+    reports (VM -> ``PacerReport``).
 
     Args:
         vms_for: placement policy -> the job's VMs (the study asks ``Session.choose`` once a
@@ -63,8 +69,10 @@ def run_step(lab: Lab, mesh: AgentMesh, spec: JobSpec, pacer: PacerSpec, step: t
             between steps, so the story compares the steps on one placement).
         count_drops: the lab's queue drops so far (``drops``, run on the lab's thread).
     """
-    name, policy, mode, cc = step
+    name, policy, mode, cc, datapath = step
+    edge = pacer.model_copy(update={"datapath": datapath}) if datapath and pacer else pacer
     entry = {"name": name, "pacer": mode, "cc": cc or spec.cc, "vms": [], "completion_s": None,
+             "datapath": datapath or (pacer.datapath if pacer else None),
              "fabric_drops": None, "probes_lost": None, "retransmits": None, "rtos": None,
              "owd_p99_us": None, "verified": False, "error": None}
     reports = {}
@@ -74,13 +82,13 @@ def run_step(lab: Lab, mesh: AgentMesh, spec: JobSpec, pacer: PacerSpec, step: t
                  + (f", {cc}" if cc else ""))
         before = count_drops()
         config = spec.config().model_copy(update={"cc": cc} if cc else {})
-        with job_edge(lab, mesh, vms, mode, pacer) as sensed:
+        with job_edge(lab, mesh, vms, mode, edge) as sensed:
             job = jobs.run(lab, step_job_name(spec.name, name), config, vms)
         entry.update(completion_s=job["completion_s"], verified=job["verified"],
                      error=job["error"], fabric_drops=count_drops() - before,
                      retransmits=sensed.retransmits, rtos=sensed.rtos,
                      owd_p99_us=sensed.owd_p99_us, probes_lost=sensed.probes_lost)
-        if mode == "pace":
+        if mode == "pace" and datapath is None:
             reports = sensed.reports
     except (LabError, ValueError) as e:  # the story goes on; the step says what failed
         entry["error"] = str(e)

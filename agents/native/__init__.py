@@ -22,15 +22,10 @@ agents) take a lock per part; the library is written under a temporary name and 
 A part that cannot be built raises ``NativeError`` naming what is missing: the compiler, a
 header or a library, and the Debian package that brings it.
 
-Adding a part (the hook for the pacer's BPF objects): one more ``Native`` in ``NATIVES`` (or
-beside the code that loads it, as ``lab.vmclock.PRELOAD``), its sources in this directory
-(``pyproject.toml`` ships ``*.c`` and ``*.h`` here and in ``vmclock/``), and its loader calls
-``build(PART)`` for the path. A BPF object is compiled with clang and not linked::
-
-    PACER_BPF = Native("pacer_bpf", "the pacer's BPF datapath", "pacing in the kernel",
-                       "agents/native", ("pacer.bpf.c",), "pacer.bpf.o", compiler="clang",
-                       flags=("-O2", "-g", "-target", "bpf", "-c"),
-                       packages={"clang": "clang", "bpf/": "libbpf-dev"})
+Adding a part: one more ``Native`` in ``NATIVES`` (or beside the code that loads it, as
+``lab.vmclock.PRELOAD``), its sources in this directory (``pyproject.toml`` ships ``*.c`` and
+``*.h`` here and in ``vmclock/``), and its loader calls ``build(PART)`` for the path; a BPF
+object is compiled with clang and not linked (``PACER_BPF``, loaded by ``agents.bpf``).
 
 ``lab.native.PARTS`` lists every part (``nslab doctor``, ``make setup``).
 """
@@ -47,7 +42,7 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["NATIVES", "PACER", "PROBEIO", "Native", "NativeError", "build", "built",
+__all__ = ["NATIVES", "PACER", "PACER_BPF", "PROBEIO", "Native", "NativeError", "build", "built",
            "cache_dir"]
 
 # header (or its directory, ending in /), library (-lNAME) or compiler -> Debian package;
@@ -132,7 +127,15 @@ PROBEIO = Native("probeio", "the agent's compiled datagram path", "the agents",
 PACER = Native("pacer", "the pacer's compiled control loop", "the pacers", "agents/native",
                ("pacer.c",), "libnslabpacer.so", depends=("stamp.h",),
                flags=(*Native.flags, "-pthread"), libs=("-lm",))
-NATIVES = (PROBEIO, PACER)
+PACER_BPF = Native("pacer_bpf", "the pacer's BPF datapath", "the pacers' kernel datapath (they "
+                   "run datapath probe without it)", "agents/native", ("pacer.bpf.c",),
+                   "pacer.bpf.o", compiler="clang",
+                   flags=("-O2", "-g", "-target", "bpf", "-Wall", "-Werror",
+                          f"-I/usr/include/{platform.machine()}-linux-gnu", "-c"),
+                   packages={"clang": "clang", "bpf/": "libbpf-dev"})
+"""Compiled for the BPF target (not linked) against libbpf's headers (``agents.bpf`` loads
+it); the multiarch include directory brings ``asm/types.h``."""
+NATIVES = (PROBEIO, PACER, PACER_BPF)
 """The agents' compiled parts (the VM clock preload is the lab's: ``lab.vmclock.PRELOAD``)."""
 
 

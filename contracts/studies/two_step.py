@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from contracts.base import Model
-from contracts.enums import ActivePacerMode, TwoStepName
+from contracts.enums import ActivePacerMode, PacerDatapath, PacerHold, TwoStepName
 from contracts.messages import PacerReport
 
 
@@ -16,6 +16,9 @@ class TwoStepStep(Model):
     vms: list[str] = Field(description="the job's VMs, rank order")
     pacer: ActivePacerMode = Field(description="sense: measuring only; pace: "
                                                         "On-Ramp's hold")
+    datapath: PacerDatapath | None = Field(None, description="the pacers' datapath (bpf: in "
+                                           "the kernel; probe: UDP probes and HTB switches; "
+                                           "absent before it existed)")
     cc: str | None = Field(description="congestion control set for the step; null: the "
                                        "VMs' own")
     completion_s: float | None = Field(description="the job's completion, s (VM clocks)")
@@ -53,6 +56,13 @@ class PacerSection(Model):
     spread: bool = Field(False, description="a fresh release waits a per-VM draw in [0, the "
                                             "hold's largest OWD - T) (agents/gate.py; absent "
                                             "before it existed: False)")
+    datapath: PacerDatapath = Field("probe", description="bpf: OWD and holds in the kernel; "
+                                    "probe: UDP probes and HTB switches (absent before it "
+                                    "existed: probe)")
+    hold: PacerHold = Field("auto", description="bpf: how a destination is held "
+                            "(agents/bpfpacer.py)")
+    quantum_us: float = Field(0.0, description="bpf: holds rounded up to a multiple of this, "
+                                               "us (0: not)")
     reports: dict[str, PacerReport] = Field(description="by VM: its last PacerReport "
                                                         "(agents/API.md)")
 

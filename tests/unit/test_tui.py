@@ -547,7 +547,7 @@ def test_two_step_steps_show_as_they_finish():
     views = backend._job_views()
     assert [(v.name, v.progress) for v in views] == [
         ("a2a naive", 1.0), ("a2a aware", 0.5), ("a2a aware_paced", 0.0),
-        ("a2a aware_bbr", 0.0), ("a2a aware_cubic", 0.0)]
+        ("a2a aware_probe", 0.0), ("a2a aware_bbr", 0.0), ("a2a aware_cubic", 0.0)]
     snap = Snapshot(jobs=views)
     text = JobsPanel.render_jobs(snap).plain
     assert "a2a aware_paced " in text  # the step names are not cut

@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: GPL-2.0
+/* The pacer's kernel datapath: two tc (cls_bpf, direct action) programs on the VM's own
+ * interface, built by `make bpf` (clang -target bpf) and loaded by agents/bpf.py (libbpf).
+ *
+ * Sensing (data packets, receiver side): every TCP segment this VM sends to a peer carries its
+ * send time on the synchronized clock in the IPv4 ID field (RFC 6864: unused in atomic
+ * datagrams; 16 bits of 8.192 us units, 537 ms around); the peer's `ingress` computes the
+ * one-way delay of each data segment (payload > 0: data crosses the queue an incast fills, the
+ * ACKs cross the other direction) as its own synchronized time minus the stamp.
+ * Feedback: the receiver's `egress` writes its latest fresh sample toward that peer, once, in
+ * the TCP urgent pointer of the next segment it sends there (URG clear: RFC 9293 3.1, the
+ * field is read only with URG set), which is usually the ACK of that very segment.
+ * Holding (sender side): the sender's `ingress` applies On-Ramp's rule to each echoed sample
+ * (hold the destination for OWD - T, quantized, at most max_hold, in one piece at most
+ * max_cont, then open for max_hold); its `egress` holds a held destination's new data:
+ *  - edt: skb->tstamp moved to the hold's end (sch_fq in this namespace sends it then);
+ *  - refuse: TC_ACT_SHOT before the qdisc; the kernel returns NET_XMIT_DROP to TCP, which
+ *    keeps the segment unsent (no loss, no retransmission), reduces its window once (CWR,
+ *    as for an ECN mark) and sends it on a later ACK. The flow's last segment in flight and
+ *    retransmissions always pass, so an ACK always comes back to resume it.
+ * Clocks: bpf_ktime_get_ns (CLOCK_MONOTONIC) mapped to the synchronized (reference) clock by
+ * the daemon's anchor in `cfg`: ref = ref0 + (k - k0) + (k - k0) x ppb / 1e9.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define MAX_PEERS 256
+#define KINDS 3      /* 0: OWD echoed to this sender, 1: the echo's own transit, 2: echo delay */
+#define BUCKETS 192
+#define UNIT_SHIFT 13          /* stamp units: 8.192 us */
+#define STAMP_MASK 0xffffULL
+#define MAX_OWD_NS 400000000ULL  /* a larger difference is a negative OWD (clock error) */
+
+struct cfg {
+    __u64 k0; __s64 ref0; __s64 ppb; __u64 synced; __u64 pace; __u64 edt;
+    __u64 threshold_ns; __u64 max_hold_ns; __u64 max_cont_ns; __u64 quantum_ns;
+    __u64 max_transit_ns; __u64 ps_per_byte; __u64 burst_ns; __u64 spread;
+};
+struct peer { __u64 idx; __u64 synced; };
+struct dest {
+    __u64 hold_until, held_since, open_until;
+    __u64 rx_owd, rx_at, rx_fresh;
+    __u64 rx_samples, echoes, fb_samples, above, holds, held_ns, refused, leaked, stamped;
+    __u64 next_ns, paced;
+};
+
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, 1); __type(key, __u32);
+         __type(value, struct cfg); __uint(pinning, LIBBPF_PIN_BY_NAME); } cfg SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, MAX_PEERS); __type(key, __u32);
+         __type(value, struct peer); __uint(pinning, LIBBPF_PIN_BY_NAME); } peers SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, MAX_PEERS); __type(key, __u32);
+         __type(value, struct dest); __uint(pinning, LIBBPF_PIN_BY_NAME); } dests SEC(".maps");
+struct hist { __u64 n[BUCKETS]; };
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, MAX_PEERS * KINDS);
+         __type(key, __u32); __type(value, struct hist); __uint(pinning, LIBBPF_PIN_BY_NAME); }
+    hist SEC(".maps");
+
+struct pkt { __u32 ip_off, tcp_off, peer_ip, payload; __u16 id, urg; __u8 flags; };
+
+/* IPv4 TCP to or from a peer: the offsets, the peer's address (network order), the payload
+ * length; 0 when not such a packet. */
+static __always_inline int parse(struct __sk_buff *skb, struct pkt *p, int egress)
+{
+    __u8 ip[20], th[20];
+    if (skb->protocol != bpf_htons(ETH_P_IP))
+        return 0;
+    p->ip_off = ETH_HLEN;
+    if (bpf_skb_load_bytes(skb, p->ip_off, ip, sizeof ip))
+        return 0;
+    __u32 ihl = (ip[0] & 0x0f) * 4;
+    if (ip[9] != IPPROTO_TCP || ihl < 20 || (ip[6] & 0x3f) || ip[7])  /* fragments: no */
+        return 0;
+    p->tcp_off = p->ip_off + ihl;
+    if (bpf_skb_load_bytes(skb, p->tcp_off, th, sizeof th))
+        return 0;
+    __u32 tot = ((__u32)ip[2] << 8) | ip[3], doff = (th[12] >> 4) * 4;
+    if (tot < ihl + doff)
+        return 0;
+    p->payload = tot - ihl - doff;
+    __builtin_memcpy(&p->peer_ip, egress ? ip + 16 : ip + 12, 4);
+    p->id = ((__u16)ip[4] << 8) | ip[5];
+    p->urg = ((__u16)th[18] << 8) | th[19];
+    p->flags = th[13];
+    return 1;
+}
+
+static __always_inline __s64 to_ref(const struct cfg *c, __u64 k)
+{
+    __s64 d = (__s64)(k - c->k0);
+    __u64 ad = d < 0 ? -d : d, ap = c->ppb < 0 ? -c->ppb : c->ppb;
+    __s64 corr = (__s64)(ad * ap / 1000000000ULL);
+    return c->ref0 + d + (((d < 0) != (c->ppb < 0)) ? -corr : corr);
+}
+
+static __always_inline __u16 stamp(__s64 ref)
+{
+    return (__u16)(((__u64)ref >> UNIT_SHIFT) & STAMP_MASK);
+}
+
+/* ns since `sent` (a stamp) at reference time `ref`; a difference above MAX_OWD_NS is a small
+ * negative one (the clocks' error), taken as 0 */
+static __always_inline __u64 since(__s64 ref, __u16 sent)
+{
+    __u64 d = ((stamp(ref) - (__u64)sent) & STAMP_MASK) << UNIT_SHIFT;
+    return d > MAX_OWD_NS ? 0 : d;
+}
+
+static __always_inline __u32 bucket(__u64 ns)
+{
+    __u64 v = ns >> 10;
+    if (v < 8)
+        return v;
+    __u32 msb = 0;
+    if (v >> 32) { v >>= 32; msb += 32; }
+    if (v >> 16) { v >>= 16; msb += 16; }
+    if (v >> 8) { v >>= 8; msb += 8; }
+    if (v >> 4) { v >>= 4; msb += 4; }
+    if (v >> 2) { v >>= 2; msb += 2; }
+    if (v >> 1) { msb += 1; }
+    __u64 x = ns >> 10;
+    __u32 b = (msb - 2) * 8 + ((x >> (msb - 3)) & 7);
+    return b < BUCKETS ? b : BUCKETS - 1;
+}
+
+static __always_inline void count(__u32 idx, __u32 kind, __u64 ns)
+{
+    __u32 key = idx * KINDS + kind, b = bucket(ns);
+    struct hist *h = bpf_map_lookup_elem(&hist, &key);
+    if (h && b < BUCKETS)
+        __sync_fetch_and_add(&h->n[b], 1);
+}
+
+/* On-Ramp's rule on one echoed sample `owd` at kernel time `now` (Liu et al., NSDI 2021) */
+static __always_inline void decide(const struct cfg *c, struct dest *d, __u64 owd, __u64 now)
+{
+    if (owd <= c->threshold_ns || now < d->open_until)
+        return;
+    __sync_fetch_and_add(&d->above, 1);
+    __u64 hold = owd - c->threshold_ns;
+    if (c->quantum_ns)
+        hold = (hold + c->quantum_ns - 1) / c->quantum_ns * c->quantum_ns;
+    if (hold > c->max_hold_ns)
+        hold = c->max_hold_ns;
+    if (now >= d->hold_until) {
+        d->held_since = now;
+        __sync_fetch_and_add(&d->holds, 1);
+        if (c->spread)  /* senders held together release apart: + a draw in [0, hold) */
+            hold += (__u64)bpf_get_prandom_u32() * hold >> 32;
+    }
+    __u64 end = now + hold, cap = d->held_since + c->max_cont_ns;
+    if (end >= cap) {
+        end = cap;
+        d->open_until = cap + c->max_hold_ns;
+    }
+    if (end > d->hold_until) {
+        __u64 from = d->hold_until > now ? d->hold_until : now;
+        __sync_fetch_and_add(&d->held_ns, end - from);
+        d->hold_until = end;
+    }
+}
+
+/* The policy, the packet parsed and its peer's entries; 0 when it is not TCP with a peer */
+static __always_inline struct dest *start(struct __sk_buff *skb, int egress, struct pkt *p,
+                                          struct cfg **c, struct peer **pp)
+{
+    __u32 zero = 0;
+    *c = bpf_map_lookup_elem(&cfg, &zero);
+    if (!*c || !parse(skb, p, egress))
+        return 0;
+    struct peer *peer = bpf_map_lookup_elem(&peers, &p->peer_ip);
+    if (!peer)
+        return 0;
+    __u32 idx = peer->idx;
+    *pp = peer;
+    return bpf_map_lookup_elem(&dests, &idx);
+}
+
+SEC("tc")
+int ingress(struct __sk_buff *skb)
+{
+    struct pkt p;
+    struct peer *peer;
+    struct cfg *c;
+    struct dest *d = start(skb, 0, &p, &c, &peer);
+    if (!d || !c->synced)
+        return TC_ACT_OK;
+    __u32 idx = peer->idx;
+    __u64 now = bpf_ktime_get_ns();
+    __s64 ref = to_ref(c, now);
+    __u64 transit = since(ref, p.id);
+    if (p.payload) {  /* a data segment: its OWD, to echo */
+        d->rx_owd = transit;
+        d->rx_at = now;
+        d->rx_fresh = 1;
+        __sync_fetch_and_add(&d->rx_samples, 1);
+    }
+    if (!(p.flags & 0x20) && p.urg && peer->synced && transit <= c->max_transit_ns) {
+        __u64 owd = (__u64)p.urg << UNIT_SHIFT;
+        __sync_fetch_and_add(&d->fb_samples, 1);
+        count(idx, 0, owd);
+        count(idx, 1, transit);
+        if (c->pace)
+            decide(c, d, owd, now);
+    }
+    return TC_ACT_OK;
+}
+
+/* whether a held destination's segment must pass: the flow's only one in flight, or a
+ * retransmission (its sequence before snd_nxt) */
+static __always_inline int must_pass(struct __sk_buff *skb, const struct pkt *p)
+{
+    struct bpf_sock *sk = skb->sk;
+    if (!sk)
+        return 1;
+    sk = bpf_sk_fullsock(sk);
+    if (!sk)
+        return 1;
+    struct bpf_tcp_sock *tp = bpf_tcp_sock(sk);
+    if (!tp || tp->packets_out == 0)
+        return 1;
+    __u32 seq;
+    if (bpf_skb_load_bytes(skb, p->tcp_off + 4, &seq, 4))
+        return 1;
+    return (__s32)(bpf_ntohl(seq) - tp->snd_nxt) < 0;
+}
+
+SEC("tc")
+int egress(struct __sk_buff *skb)
+{
+    struct pkt p;
+    struct peer *peer;
+    struct cfg *c;
+    struct dest *d = start(skb, 1, &p, &c, &peer);
+    if (!d)
+        return TC_ACT_OK;
+    __u32 idx = peer->idx;
+    __u64 now = bpf_ktime_get_ns();
+    if (c->pace && p.payload && now < d->hold_until) {
+        if (c->edt) {
+            if (skb->tstamp < d->hold_until)
+                skb->tstamp = d->hold_until;
+        } else if (must_pass(skb, &p)) {
+            __sync_fetch_and_add(&d->leaked, 1);
+        } else {
+            __sync_fetch_and_add(&d->refused, 1);
+            return TC_ACT_SHOT;
+        }
+    } else if (c->pace && p.payload && !c->edt && c->ps_per_byte) {
+        /* no faster than the line toward one destination: a burst queues in TCP, where a
+         * hold reaches it, not in the vNIC's queue, where it does not */
+        if (now + c->burst_ns < d->next_ns && !must_pass(skb, &p)) {
+            __sync_fetch_and_add(&d->paced, 1);
+            return TC_ACT_SHOT;
+        }
+        __u64 from = d->next_ns > now ? d->next_ns : now;
+        d->next_ns = from + (__u64)skb->len * c->ps_per_byte / 1000;
+    }
+    if (!c->synced)
+        return TC_ACT_OK;
+    __u16 id = bpf_htons(stamp(to_ref(c, now)));
+    __u16 old_id = bpf_htons(p.id);
+    if (bpf_skb_store_bytes(skb, p.ip_off + 4, &id, 2, 0) ||
+        bpf_l3_csum_replace(skb, p.ip_off + 10, old_id, id, 2))
+        return TC_ACT_OK;
+    __sync_fetch_and_add(&d->stamped, 1);
+    if (d->rx_fresh && !(p.flags & 0x20) && now - d->rx_at <= c->max_transit_ns) {
+        __u64 units = d->rx_owd >> UNIT_SHIFT;
+        __u16 urg = bpf_htons(units == 0 ? 1 : units > 0xffff ? 0xffff : (__u16)units);
+        __u16 old_urg = bpf_htons(p.urg);
+        if (bpf_skb_store_bytes(skb, p.tcp_off + 18, &urg, 2, 0) ||
+            bpf_l4_csum_replace(skb, p.tcp_off + 16, old_urg, urg, 2))
+            return TC_ACT_OK;
+        d->rx_fresh = 0;
+        __sync_fetch_and_add(&d->echoes, 1);
+        count(idx, 2, now - d->rx_at);
+    }
+    return TC_ACT_OK;
+}
+
+char LICENSE[] SEC("license") = "GPL";
