@@ -50,7 +50,7 @@ class TwoStep(Study):
                 self.samples.setdefault(entry["name"], []).append(entry["completion_s"])
                 self.saturated.setdefault(entry["name"], []).append(
                     bool(s.sampler.saturated_between(t0, time.time_ns())))
-                if reports:
+                if entry["name"] == "aware_paced" and reports:
                     self.reports = reports
                 if r == 0:
                     self.live.append(entry)

@@ -81,7 +81,9 @@ def test_doctor_reports_what_the_kernel_supports():
     assert caps["mnexec"]["ok"] and caps["nftables"]["ok"] and caps["cgroups"]["ok"]
     assert caps["netem"]["disables"] == "link delay, jitter and reorder"
     # what it creates and removes, with the names (stderr: stdout is the JSON)
-    made, gone = r.stderr.splitlines()
+    lines = r.stderr.splitlines()
+    made, gone = lines[0], lines[-1]
+    assert any("pacer's BPF object" in line for line in lines[1:-1]), lines
     ns = re.search(r"creates network namespace (nslab-probe-\d+) with a veth pair p0/p1", made)
     assert ns and gone == f"nslab doctor: removed {ns[1]} and everything in it"
     assert ns[1] not in subprocess.run(["ip", "netns", "list"], capture_output=True,
