@@ -17,10 +17,10 @@ DEB_CMDS := mnexec:mininet ip:iproute2 tc:iproute2 nft:nftables iperf3:iperf3 \
             gcc:gcc make:make chromium:chromium clang:clang bpftool:bpftool
 SCENARIO ?= quickstart
 
-.PHONY: setup system-packages native bpf chrony lab test unit integration docs tui tui-recording \
+.PHONY: setup system-packages native bpf chrony clockd lab test unit integration docs tui tui-recording \
         bench clean
 
-setup: system-packages $(STAMP) native chrony
+setup: system-packages $(STAMP) native chrony clockd
 
 # the compiled parts, compiled into nslab's cache (/var/cache/nslab as root) as a lab would at
 # first use (agents/native/__init__.py): the VM clock preload (vmclock/vmclock.c), the agent's
@@ -41,6 +41,15 @@ chrony: system-packages $(STAMP)
 	  mkdir -p $$d && cd $$d && { apt-get download -qq chrony 2>/dev/null \
 	    || { apt-get update -qq && apt-get download -qq chrony; }; } && \
 	  dpkg-deb -x chrony_*.deb . && rm -f chrony_*.deb; }
+
+# Debian's ntpsec (ntpd) and linuxptp (ptp4l) for the clock_daemons scenario, unpacked into
+# nslab's cache as chrony is (session/clockd.py); each skipped when found
+clockd: system-packages $(STAMP)
+	@for pkg in $$($(BIN)/python -c 'from session import clockd; print(*clockd.missing())'); do \
+	  d=$$($(BIN)/python -c "from session import clockd; print(clockd.unpacked_dir('$$pkg'))"); \
+	  ( mkdir -p $$d && cd $$d && { apt-get download -qq $$pkg 2>/dev/null \
+	    || { apt-get update -qq && apt-get download -qq $$pkg; }; } && \
+	    dpkg-deb -x $${pkg}_*.deb . && rm -f $${pkg}_*.deb ) || exit 1; done
 
 system-packages:
 	@missing=""; for pair in $(DEB_CMDS); do \
@@ -103,6 +112,7 @@ bench: setup
 	$(BIN)/python benchmarks/cassini.py
 	$(BIN)/python benchmarks/vmclock.py
 	$(BIN)/python benchmarks/chrony.py
+	$(BIN)/python benchmarks/clock_daemons.py
 	$(BIN)/python benchmarks/pacer.py
 	$(BIN)/python benchmarks/pacer_model.py
 	$(BIN)/python benchmarks/lb.py

@@ -9,14 +9,18 @@ For VM v on physical host h, with true time t (the machine's CLOCK_REALTIME)::
 ``y_h`` is the fractional frequency error of h's oscillator: a base drift ``y_h0`` (ppm) and a
 bounded wander (|wander| <= sum A_i ppm). ``c_v`` is the VM's own discipline: what its
 programs asked of its clock through ``adjtimex``/``clock_adjtime`` (a frequency correction,
-ppm) and ``settimeofday``/``clock_settime``/``ADJ_SETOFFSET`` (steps). Every change (a clock
+ppm), ``ADJ_OFFSET`` (the kernel PLL's phase adjustment: the remaining offset decays by
+2^-(2 + time constant) per second, Linux kernel/time/ntp.c) and ``adjtime`` (a slew at
+500 us/s until done), and ``settimeofday``/``clock_settime``/``ADJ_SETOFFSET`` (steps). The
+PLL's decay is continuous here (exp(-rate * s)) where the kernel applies it in one-second
+chunks: the two agree at every whole second from the adjustment. Every change (a clock
 step, a live migration to another host, a correction from inside the VM) is a new *segment*:
 segment k starts at true time ``start_ns`` with offset ``offset_ns = t_v - t`` and follows its
 host's oscillator and its correction from there, so ``t_v`` stays continuous unless a step
 was asked for. CLOCK_MONOTONIC (and BOOTTIME) of the VM leave the steps out
 (``t + offset - steps``); CLOCK_MONOTONIC_RAW also leaves the corrections out.
 
-The lab publishes each VM's segments in one binary file (``nslab.clock/2``, layout below,
+The lab publishes each VM's segments in one binary file (``nslab.clock/3``, layout below,
 mirrored in ``vmclock/vmclock.c``) and passes its path in ``NSLAB_CLOCK``. A writer (the lab,
 or the preloaded library acting on a VM's ``adjtimex``) takes ``flock`` on ``<path>.lock``,
 reads the file, writes a new one and renames it over the old, then sets ``stale`` in the old
@@ -37,24 +41,28 @@ from dataclasses import dataclass, field
 
 from contracts.enums import SEGMENT_KINDS
 
-SCHEMA = "nslab.clock/2"
+SCHEMA = "nslab.clock/3"
 ENV_VAR = "NSLAB_CLOCK"
 _NS = 1_000_000_000
-MAGIC = b"NSLABCK2"
+MAGIC = b"NSLABCK3"
 MAX_WANDER = 4
 # header: magic, stale, nseg, vm, then the VM's adjtimex state (struct timex fields of
 # Linux adjtimex(2): tick us, freq scaled ppm (16-bit fraction), status, maxerror us,
-# esterror us, constant)
-HEADER = struct.Struct("<8sII32sqqi4xqqq")
+# esterror us, constant (the kernel's time constant), then the kernel's time_reftime (s) and
+# the true time (ns) maxerror was set at (it grows by 500 us/s from there)
+HEADER = struct.Struct("<8sII32sqqi4xqqqqq")
 # segment: start_ns, offset_ns, steps_ns, corr_ns, corr_ppm, epoch_ns, base_ppm, nwander, kind,
-# wander (amplitude_ppm, period_s, phase_rad) x MAX_WANDER, host
-SEGMENT = struct.Struct("<qddddqdII" + "d" * 3 * MAX_WANDER + "32s")
+# wander (amplitude_ppm, period_s, phase_rad) x MAX_WANDER, host, pll_ns, pll_rate, adj_ns
+SEGMENT = struct.Struct("<qddddqdII" + "d" * 3 * MAX_WANDER + "32sddd")
 STALE_OFFSET = 8
 KINDS = SEGMENT_KINDS
 STA_UNSYNC = 0x0040
 # Linux defaults after boot: tick 10000 us (USER_HZ 100), no correction, unsynchronized,
-# maxerror/esterror NTP_PHASE_LIMIT (16 s in us), time constant 2
-DEFAULT_DISCIPLINE = (10000, 0, STA_UNSYNC, 16_000_000, 16_000_000, 2)
+# maxerror/esterror NTP_PHASE_LIMIT (16 s in us), time constant 2, no reference time, maxerror
+# set at time 0 (so at its limit)
+DEFAULT_DISCIPLINE = (10000, 0, STA_UNSYNC, 16_000_000, 16_000_000, 2, 0, 0)
+ADJTIME_NS_PER_S = 500_000.0
+"""adjtime()'s slew rate: the kernel's MAX_TICKADJ, 500 us per second."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +105,9 @@ class Segment:
     ``oscillator`` (of physical host ``host``) plus its correction ``corr_ppm``, and
     ``t_v - t == offset_ns`` at ``start_ns``. ``steps_ns``: all steps up to this segment (left
     out of CLOCK_MONOTONIC); ``corr_ns``: the time all corrections added before it. ``kind``:
-    what started it (``KINDS``)."""
+    what started it (``KINDS``). Slews still to apply at ``start_ns``: ``pll_ns`` (the kernel
+    PLL's phase, decaying as exp(-pll_rate * s)) and ``adj_ns`` (adjtime's, at
+    ``ADJTIME_NS_PER_S``)."""
 
     start_ns: int
     offset_ns: float
@@ -107,6 +117,29 @@ class Segment:
     steps_ns: float = 0.0
     corr_ns: float = 0.0
     kind: str = "start"
+    pll_ns: float = 0.0
+    pll_rate: float = 0.0
+    adj_ns: float = 0.0
+
+    def pll_left_ns(self, true_ns: int) -> float:
+        """The PLL's phase still to apply at ``true_ns``, ns."""
+        return self.pll_ns * math.exp(-self.pll_rate * float(true_ns - self.start_ns) / 1e9)
+
+    def adj_left_ns(self, true_ns: int) -> float:
+        """adjtime's slew still to apply at ``true_ns``, ns."""
+        done = min(abs(self.adj_ns), ADJTIME_NS_PER_S * float(true_ns - self.start_ns) / 1e9)
+        return self.adj_ns - math.copysign(done, self.adj_ns)
+
+    def slew_ns(self, true_ns: int) -> float:
+        """The time the PLL and adjtime added from ``start_ns`` to ``true_ns``, ns."""
+        return ((self.pll_ns - self.pll_left_ns(true_ns))
+                + (self.adj_ns - self.adj_left_ns(true_ns)))
+
+    def slew_ppm(self, true_ns: int) -> float:
+        """The rate of ``slew_ns`` at ``true_ns``, ppm."""
+        adj = self.adj_left_ns(true_ns)
+        return (self.pll_rate * self.pll_left_ns(true_ns) * 1e-3
+                + (math.copysign(ADJTIME_NS_PER_S * 1e-3, adj) if adj else 0.0))
 
     def _swing(self, true_ns: int) -> float:
         osc = self.oscillator
@@ -115,7 +148,8 @@ class Segment:
     def offset_at(self, true_ns: int) -> float:
         """``t_v - t`` (CLOCK_REALTIME) in ns at true time ``true_ns`` (>= start_ns)."""
         return (self.offset_ns + self._swing(true_ns)
-                + self.corr_ppm * float(true_ns - self.start_ns) * 1e-6)
+                + self.corr_ppm * float(true_ns - self.start_ns) * 1e-6
+                + self.slew_ns(true_ns))
 
     def monotonic_offset_at(self, true_ns: int) -> float:
         """The VM's CLOCK_MONOTONIC minus the machine's, ns: the offset without steps."""
@@ -132,23 +166,25 @@ class Segment:
         terms = [x for w in osc.wander for x in w] + [0.0] * 3 * (MAX_WANDER - len(osc.wander))
         return SEGMENT.pack(self.start_ns, self.offset_ns, self.steps_ns, self.corr_ns,
                             self.corr_ppm, osc.epoch_ns, osc.base_ppm, len(osc.wander),
-                            KINDS.index(self.kind), *terms, self.host.encode())
+                            KINDS.index(self.kind), *terms, self.host.encode(), self.pll_ns,
+                            self.pll_rate, self.adj_ns)
 
     @classmethod
     def unpack(cls, data: bytes, offset: int) -> Segment:
         (start, off, steps, corr, corr_ppm, epoch, base, nw, kind,
          *rest) = SEGMENT.unpack_from(data, offset)
-        terms, host = rest[:-1], rest[-1]
+        terms, (host, pll, rate, adj) = rest[:-4], rest[-4:]
         wander = tuple(tuple(terms[3 * i:3 * i + 3]) for i in range(nw))
         return cls(start, off, host.rstrip(b"\0").decode(), Oscillator(epoch, base, wander),
-                   corr_ppm=corr_ppm, steps_ns=steps, corr_ns=corr, kind=KINDS[kind])
+                   corr_ppm=corr_ppm, steps_ns=steps, corr_ns=corr, kind=KINDS[kind],
+                   pll_ns=pll, pll_rate=rate, adj_ns=adj)
 
 
 @dataclass
 class ClockSpec:
     """All segments of one VM's clock, oldest first, and the VM's adjtimex state
-    ``discipline`` (tick, freq, status, maxerror, esterror, constant): the content of an
-    ``NSLAB_CLOCK`` file."""
+    ``discipline`` (tick, freq, status, maxerror, esterror, constant, reftime_s,
+    maxerror_set_ns): the content of an ``NSLAB_CLOCK`` file."""
 
     vm: str
     segments: list[Segment] = field(default_factory=list)
@@ -169,9 +205,9 @@ class ClockSpec:
 
     def frequency_ppm(self, true_ns: int) -> float:
         """The VM clock's fractional frequency error (ppm) at ``true_ns``: its host's
-        oscillator plus the VM's own correction."""
+        oscillator plus the VM's own correction and slews."""
         seg = self.segment_at(true_ns)
-        return seg.oscillator.frequency_ppm(true_ns) + seg.corr_ppm
+        return seg.oscillator.frequency_ppm(true_ns) + seg.corr_ppm + seg.slew_ppm(true_ns)
 
     def to_vm_ns(self, true_ns: int) -> int:
         """VM clock reading (ns) at true time ``true_ns``."""
@@ -182,7 +218,7 @@ class ClockSpec:
                kind: str | None = None) -> Segment:
         """Start a new segment at ``start_ns``: optionally step the clock by ``step_ns``,
         switch to another host's ``oscillator`` (a migration) and/or set the VM's frequency
-        correction ``corr_ppm``. Continuous when ``step_ns == 0``.
+        correction ``corr_ppm``. Continuous when ``step_ns == 0``; the slews left carry on.
 
         Raises:
             ValueError: ``start_ns`` is before the last segment's start.
@@ -197,8 +233,10 @@ class ClockSpec:
                       corr_ppm=last.corr_ppm if corr_ppm is None else corr_ppm,
                       steps_ns=last.steps_ns + step_ns,
                       corr_ns=last.corr_ns
-                      + last.corr_ppm * float(start_ns - last.start_ns) * 1e-6,
-                      kind=kind)
+                      + last.corr_ppm * float(start_ns - last.start_ns) * 1e-6
+                      + last.slew_ns(start_ns),
+                      kind=kind, pll_ns=last.pll_left_ns(start_ns), pll_rate=last.pll_rate,
+                      adj_ns=last.adj_left_ns(start_ns))
         self.segments.append(seg)
         return seg
 

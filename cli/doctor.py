@@ -20,7 +20,7 @@ from lab.capabilities import (
     probe_plan,
     require_root,
 )
-from session import chrony
+from session import chrony, clockd
 
 
 def add_parser(sub) -> None:
@@ -28,8 +28,9 @@ def add_parser(sub) -> None:
                        description="Probe root, the qdiscs "
                                    f"{', '.join(QDISCS)}, nftables, packet marks, policy "
                                    "routing, cgroups (v1 or v2), multipath hashing, mnexec, "
-                                   "iperf3, tcpdump and chronyd, and build the compiled parts "
-                                   "(the VM clock preload, the agents' datagram path, the "
+                                   "iperf3, tcpdump, chronyd, ntpd and ptp4l, and build the "
+                                   "compiled parts (the VM clock preload, the agents' datagram "
+                                   "path, the "
                                    "pacer's loop and its BPF datapath) into nslab's cache, load "
                                    "the BPF datapath (which hold: edt with sch_fq, else "
                                    "refuse); say where each piece "
@@ -60,7 +61,7 @@ def main(args) -> int:
     say = (lambda text: print(text, file=sys.stderr)) if args.json else print
     say(f"nslab doctor: {probe_plan()}")
     caps = {"nslab": installed(), **probe(), **native.capabilities(),
-            "chronyd": chrony.capability()}
+            "chronyd": chrony.capability(), **clockd.capabilities()}
     say("nslab doctor: loads the pacer's BPF object with its maps in a bpffs mounted at "
         "/tmp/nslab-bpf-*, then unmounts and removes it")
     caps["pacer_datapath"] = pacer_capability(caps["fq"].ok)

@@ -47,7 +47,7 @@ PacerHold = Literal["auto", "edt", "refuse"]
 """How the kernel datapath holds a destination: ``edt`` (sch_fq), ``refuse`` (TCP keeps the
 segment), ``auto`` (edt where the kernel has sch_fq)."""
 
-SegmentKind = Literal["start", "step", "migrate", "vm_frequency", "vm_step"]
+SegmentKind = Literal["start", "step", "migrate", "vm_frequency", "vm_step", "vm_slew"]
 """Why a VM clock segment began (``agents.clock``)."""
 SEGMENT_KINDS: tuple[str, ...] = get_args(SegmentKind)
 

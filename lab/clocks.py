@@ -1,5 +1,5 @@
 """The hypervisor side of VM clocks: draws each physical host's oscillator and each VM's offset
-deterministically from (lab seed, name), and publishes one ``nslab.clock/2`` file per VM (the
+deterministically from (lab seed, name), and publishes one ``nslab.clock/3`` file per VM (the
 formula and the file are ``agents.clock``). The files are the truth: a VM's own corrections
 (``adjtimex`` and ``settimeofday`` through ``vmclock``) are segments in them too.
 """

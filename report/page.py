@@ -111,6 +111,10 @@ def _sync(doc: Results, figs: Mapping) -> str:
     if s.chrony:
         rows.append(_stats_row(f"chrony (server {s.chrony.server})", s.chrony.offset_error_us,
                                s.chrony.drift_error_ppm, s.chrony.converged_s))
+    if s.clock_daemons:
+        rows += [_stats_row(f"{r.daemon} in {r.vm} (against {s.clock_daemons.server})",
+                            r.offset_error_us, r.drift_error_ppm, r.converged_s)
+                 for r in s.clock_daemons.rows]
     return (_p(f"Against the truth, reference VM {s.reference}, {s.windows} windows; "
                f"converged: every later window's offset errors within {s.converged_us} us.")
             + table(["estimate", "offset |err| p50 us", "p99 us", "max us",

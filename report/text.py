@@ -75,6 +75,25 @@ def report(results: Results | Mapping) -> str:
     return "\n".join(lines)
 
 
+def _clock_daemons(m) -> list[str]:
+    """``sync.clock_daemons`` as lines: daemons as rows."""
+    lines = [f"    clock daemons against {m.server} (converged: every later sample within "
+             f"{m.converged_us} us)",
+             f"      {'vm':6s} {'daemon':8s} {'p50 us':>9s} {'p99 us':>9s} "
+             f"{'|freq| p99 ppm':>15s} {'converged s':>12s}"]
+    for r in m.rows:
+        conv = "never" if r.converged_s is None else f"{r.converged_s:.1f}"
+        lines.append(f"      {r.vm:6s} {r.daemon:8s} {_num(r.offset_error_us.p50)} "
+                     f"{_num(r.offset_error_us.p99)} {_num(r.drift_error_ppm.p99, 15, 3)} "
+                     f"{conv:>12s}")
+    return lines
+
+
+def _num(x: float | None, width: int = 9, digits: int = 2) -> str:
+    """``x`` right-aligned in ``width`` with ``digits`` decimals; "-" for None."""
+    return f"{x:{width}.{digits}f}" if x is not None else f"{'-':>{width}s}"
+
+
 def _fmt(stats: Stats, unit: str) -> str:
     if not stats.n:
         return "no data"
@@ -118,6 +137,8 @@ def _agents_report(doc: Results) -> list[str]:
                       f"{conv})",
                       f"                     offset |err| {_fmt(c.offset_error_us, 'us')}",
                       f"                     drift  |err| {_fmt(c.drift_error_ppm, 'ppm')}"]
+        if sync.clock_daemons:
+            lines += _clock_daemons(sync.clock_daemons)
     owd = doc.owd_us
     if owd and owd.pairs:
         vms = sorted({v for k in owd.pairs for v in k.split("->")}, key=_vm_order)

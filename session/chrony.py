@@ -19,6 +19,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -177,31 +178,45 @@ class ChronyMesh:
 
     def _sample(self) -> None:
         while not self._halt.wait(self.sample_s):
-            t = time.time_ns()
-            specs = self.lab.clocks.specs
-            ref = specs[self.server]
-            off0, y0 = ref.offset_at(t), ref.frequency_ppm(t)
-            self.samples.append((t, {vm: (s.offset_at(t) - off0, s.frequency_ppm(t) - y0)
-                                     for vm, s in specs.items() if vm != self.server}))
+            self.samples.append(against(self.lab, self.server,
+                                        [v for v in self.names if v != self.server]))
 
     def stop(self) -> None:
         """Stop the sampler and every chronyd (SIGTERM, then SIGKILL)."""
         self._halt.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        terminate(self.procs.values())
 
     def section(self) -> dict:
         """``sync.chrony`` of this run (``score``)."""
         return score(self.samples, self.start_ns or 0, self.spec, self.server)
+
+
+def against(lab, server: str, vms: list[str]) -> tuple[int, dict[str, tuple[float, float]]]:
+    """Now (true ns) and each of ``vms``' clock against ``server``'s, from the published
+    clocks: {vm: (offset ns, frequency ppm)}."""
+    t = time.time_ns()
+    specs = lab.clocks.specs
+    ref = specs[server]
+    off0, y0 = ref.offset_at(t), ref.frequency_ppm(t)
+    return t, {vm: (specs[vm].offset_at(t) - off0, specs[vm].frequency_ppm(t) - y0)
+               for vm in vms}
+
+
+def terminate(procs: Iterable[subprocess.Popen]) -> None:
+    """SIGTERM each of ``procs`` still running, then SIGKILL any not gone 3 s later (each by
+    its PID)."""
+    procs = list(procs)
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def score(samples: list[tuple[int, dict[str, tuple[float, float]]]], start_ns: int,

@@ -142,6 +142,14 @@ def _names(sc: Scenario, topo: Topo) -> list[Explained]:
         vm(("agents", "coordinator"), sc.agents.coordinator)
     if sc.chrony is not None:
         vm(("chrony", "server"), sc.chrony.server)
+    if sc.clock_daemons is not None:
+        vm(("clock_daemons", "server"), sc.clock_daemons.server)
+        for name in sc.clock_daemons.clients:
+            vm(("clock_daemons", "clients", name), name)
+        if sc.clock_daemons.enabled and sc.chrony is not None and sc.chrony.enabled:
+            out.append(Explained(("clock_daemons", "enabled"), "chrony: runs chronyd in every "
+                                 "VM, where the matrix runs one daemon per VM",
+                                 "enable one of chrony and clock_daemons"))
     for h in (sc.hosts.overrides if sc.hosts is not None else {}):
         host(("hosts", "overrides", h), h)
     if sc.clocks is not None:
@@ -207,6 +215,9 @@ def _needs_agents(sc: Scenario) -> list[Explained]:
     if sc.chrony is not None and sc.chrony.enabled:
         out.append(Explained(("chrony", "enabled"), "chrony is scored beside the agents",
                              "set agents: {enabled: true}"))
+    if sc.clock_daemons is not None and sc.clock_daemons.enabled:
+        out.append(Explained(("clock_daemons", "enabled"), "the clock daemons are scored "
+                             "beside the agents", "set agents: {enabled: true}"))
     return out
 
 

@@ -42,6 +42,7 @@ from lab.fabric import FabricMode
 from lab.tc import LinkParams, parse_time_us
 from session import yamlmarks
 from session.chrony import ChronySpec
+from session.clockd import ClockDaemonsSpec
 from session.crosscheck import cross_check, invalid_entry_times
 from session.daemons import AgentsSpec, PacerSpec
 from session.explain import Explained, explain, file_path
@@ -347,6 +348,7 @@ class Scenario(_Strict):
                                 "entry is injected at its at_s")
     agents: AgentsSpec = AgentsSpec()
     chrony: ChronySpec = ChronySpec()
+    clock_daemons: ClockDaemonsSpec = ClockDaemonsSpec()
     load: list[Flow] = Field(default_factory=list, description="background iperf3 flows")
     jobs: list[JobSpec] = Field(default_factory=list)
     cassini: CassiniSpec | None = Field(None, description="job sets sharing a link, run alone, "

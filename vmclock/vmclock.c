@@ -1,6 +1,6 @@
 /* vmclock: the VM clock for unmodified dynamically linked programs (LD_PRELOAD).
  *
- * Reads the VM's clock file (NSLAB_CLOCK, format nslab.clock/2 of agents/clock.py: the same
+ * Reads the VM's clock file (NSLAB_CLOCK, format nslab.clock/3 of agents/clock.py: the same
  * layout and the same formula, operation for operation) and gives the VM clock to
  *   clock_gettime (REALTIME, TAI and their COARSE forms; MONOTONIC, BOOTTIME without the
  *   steps; MONOTONIC_RAW without steps and corrections), gettimeofday, time, timespec_get;
@@ -9,12 +9,16 @@
  *   absolute deadlines (TIMER_ABSTIME, or the clock the call names or the object was made
  *   with) of clock_nanosleep, sem_timedwait/sem_clockwait, pthread_cond_timedwait/clockwait,
  *   pthread_mutex_timedlock/clocklock, pthread_rwlock_timed*lock/clock*lock and
- *   pthread_timedjoin_np/clockjoin_np (not: timerfd_settime, timer_settime, mq_timed*, raw
- *   futex system calls);
- * and makes the VM's discipline calls act on the VM clock, never on the machine's:
+ *   pthread_timedjoin_np/clockjoin_np, timerfd_settime (TFD_TIMER_ABSTIME, the timer's clock
+ *   read from /proc/self/fdinfo) and timer_settime (TIMER_ABSTIME, the clock timer_create
+ *   named) (not: mq_timed*, raw futex system calls);
+ * and makes the VM's discipline calls act on the VM clock, never on the machine's, with the
+ * semantics of Linux kernel/time/ntp.c (adjtimex(2)):
  *   adjtimex/ntp_adjtime/clock_adjtime(CLOCK_REALTIME) (frequency, tick, ADJ_SETOFFSET steps,
- *   status, maxerror, esterror, constant; a nonzero ADJ_OFFSET phase adjustment is refused
- *   with EOPNOTSUPP: the kernel PLL is not emulated), settimeofday, clock_settime(REALTIME).
+ *   status, maxerror growing by 500 us/s to STA_UNSYNC, esterror, time constant, ADJ_OFFSET:
+ *   the kernel PLL/FLL with STA_PLL, its phase slewed at 2^-(2 + constant) of the rest per
+ *   second), adjtime (ADJ_OFFSET_SINGLESHOT: a slew at 500 us/s), settimeofday,
+ *   clock_settime(REALTIME).
  * A change is a new segment appended to the file under flock(<path>.lock), published by
  * write + rename, the old file then marked stale (agents.clock.ClockSpec.write).
  *
@@ -41,6 +45,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/timerfd.h>
 #include <sys/timex.h>
 #include <time.h>
 #include <unistd.h>
@@ -55,6 +60,8 @@ struct hdr {
     int64_t tick, freq;
     int32_t status, pad;
     int64_t maxerror, esterror, constant;
+    int64_t reftime_s;      /* the PLL's last update, VM seconds (the kernel's time_reftime) */
+    int64_t maxerror_ns;    /* true time maxerror was set at */
 };
 
 struct seg {
@@ -65,12 +72,13 @@ struct seg {
     uint32_t nwander, kind;
     double wander[MAX_WANDER][3];
     char host[32];
+    double pll_ns, pll_rate, adj_ns;  /* slews left at start_ns (agents.clock.Segment) */
 };
 
-_Static_assert(sizeof(struct hdr) == 96, "header layout of agents/clock.py");
-_Static_assert(sizeof(struct seg) == 192, "segment layout of agents/clock.py");
+_Static_assert(sizeof(struct hdr) == 112, "header layout of agents/clock.py");
+_Static_assert(sizeof(struct seg) == 216, "segment layout of agents/clock.py");
 
-enum { K_START, K_STEP, K_MIGRATE, K_VM_FREQUENCY, K_VM_STEP };
+enum { K_START, K_STEP, K_MIGRATE, K_VM_FREQUENCY, K_VM_STEP, K_VM_SLEW };
 enum { OFF_REALTIME, OFF_MONOTONIC, OFF_RAW };
 
 struct map {
@@ -114,7 +122,7 @@ static struct map *load(void)
     if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(struct hdr)) {
         void *p = mmap(NULL, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
         const struct hdr *h = p;
-        if (p != MAP_FAILED && memcmp(h->magic, "NSLABCK2", 8) == 0 && h->nseg > 0 &&
+        if (p != MAP_FAILED && memcmp(h->magic, "NSLABCK3", 8) == 0 && h->nseg > 0 &&
             sizeof(struct hdr) + h->nseg * sizeof(struct seg) <= (size_t)st.st_size) {
             m = malloc(sizeof *m);
             m->h = h;
@@ -177,13 +185,33 @@ static double phase_ns(const struct seg *s, int64_t t)
     return acc * 1e-6;
 }
 
+#define ADJTIME_NS_PER_S 500000.0  /* adjtime's slew: the kernel's MAX_TICKADJ, 500 us/s */
+
+/* agents.clock.Segment.pll_left_ns / adj_left_ns / slew_ns */
+static double pll_left(const struct seg *s, int64_t t)
+{
+    return s->pll_ns * exp(-s->pll_rate * (double)(t - s->start_ns) / 1e9);
+}
+
+static double adj_left(const struct seg *s, int64_t t)
+{
+    double done = fmin(fabs(s->adj_ns), ADJTIME_NS_PER_S * (double)(t - s->start_ns) / 1e9);
+    return s->adj_ns - copysign(done, s->adj_ns);
+}
+
+static double slew(const struct seg *s, int64_t t)
+{
+    return (s->pll_ns - pll_left(s, t)) + (s->adj_ns - adj_left(s, t));
+}
+
 /* agents.clock.Segment.offset_at / monotonic_offset_at / raw_offset_at */
 static double seg_offset(const struct seg *s, int64_t t, int which)
 {
     double swing = phase_ns(s, t) - phase_ns(s, s->start_ns);
     if (which == OFF_RAW)
         return (s->offset_ns - s->steps_ns - s->corr_ns) + swing;
-    double off = s->offset_ns + swing + s->corr_ppm * (double)(t - s->start_ns) * 1e-6;
+    double off = s->offset_ns + swing + s->corr_ppm * (double)(t - s->start_ns) * 1e-6 +
+        slew(s, t);
     return which == OFF_MONOTONIC ? off - s->steps_ns : off;
 }
 
@@ -402,6 +430,109 @@ int pthread_clockjoin_np(pthread_t thread, void **ret, clockid_t id, const struc
 }
 #endif
 
+/* timerfd_settime: the timer's clock, from /proc/self/fdinfo/<fd> ("clockid: N"); -1: none
+   (not a timerfd, or /proc unreadable: the deadline is then left as it is). */
+static int timerfd_clock(int fd, clockid_t *id)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/self/fdinfo/%d", fd);
+    int f = open(path, O_RDONLY | O_CLOEXEC);
+    if (f < 0)
+        return -1;
+    ssize_t n = read(f, buf, sizeof buf - 1);
+    close(f);
+    char *c;
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    if (!(c = strstr(buf, "clockid:")))
+        return -1;
+    *id = (clockid_t)strtol(c + 8, NULL, 10);
+    return 0;
+}
+
+/* ``its`` with its first expiry, an absolute time on the VM's clock ``id``, as one on the
+   machine's (a zero it_value disarms: left as it is); the interval stays relative. */
+static const struct itimerspec *true_timer(clockid_t id, const struct itimerspec *its,
+                                           struct itimerspec *out)
+{
+    if (!its || (its->it_value.tv_sec == 0 && its->it_value.tv_nsec == 0))
+        return its;
+    out->it_interval = its->it_interval;
+    const struct timespec *v = true_deadline(id, &its->it_value, &out->it_value);
+    if (v != &out->it_value)
+        out->it_value = *v;
+    return out;
+}
+
+int timerfd_settime(int fd, int flags, const struct itimerspec *its, struct itimerspec *old)
+{
+    REAL(timerfd_settime);
+    clockid_t id;
+    struct itimerspec t;
+    if ((flags & TFD_TIMER_ABSTIME) && clock_map() && timerfd_clock(fd, &id) == 0)
+        its = true_timer(id, its, &t);
+    return real(fd, flags, its, old);
+}
+
+/* POSIX timers: the clock each was created on (timer_settime cannot tell); a timer beyond
+   MAX_TIMERS live ones keeps its absolute deadlines as they are. */
+#define MAX_TIMERS 256
+static struct { timer_t timer; clockid_t clock; int used; } timers[MAX_TIMERS];
+static pthread_mutex_t timers_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int timer_create(clockid_t id, struct sigevent *restrict sev, timer_t *restrict out)
+{
+    REAL(timer_create);
+    int r = real(id, sev, out);
+    if (r == 0) {
+        pthread_mutex_lock(&timers_lock);
+        for (int i = 0; i < MAX_TIMERS; i++)
+            if (!timers[i].used) {
+                timers[i].timer = *out;
+                timers[i].clock = id;
+                timers[i].used = 1;
+                break;
+            }
+        pthread_mutex_unlock(&timers_lock);
+    }
+    return r;
+}
+
+/* The clock ``timer`` was created on; -1 when not known. */
+static int timer_clock(timer_t timer, clockid_t *id, int forget)
+{
+    int found = -1;
+    pthread_mutex_lock(&timers_lock);
+    for (int i = 0; i < MAX_TIMERS && found < 0; i++)
+        if (timers[i].used && timers[i].timer == timer) {
+            *id = timers[i].clock;
+            timers[i].used = !forget;
+            found = 0;
+        }
+    pthread_mutex_unlock(&timers_lock);
+    return found;
+}
+
+int timer_delete(timer_t timer)
+{
+    REAL(timer_delete);
+    clockid_t id;
+    timer_clock(timer, &id, 1);
+    return real(timer);
+}
+
+int timer_settime(timer_t timer, int flags, const struct itimerspec *restrict its,
+                  struct itimerspec *restrict old)
+{
+    REAL(timer_settime);
+    clockid_t id;
+    struct itimerspec t;
+    if ((flags & TIMER_ABSTIME) && clock_map() && timer_clock(timer, &id, 0) == 0)
+        its = true_timer(id, its, &t);
+    return real(timer, flags, its, old);
+}
+
 /* ---- socket timestamps ---- */
 
 #ifndef SO_TIMESTAMP_NEW
@@ -502,13 +633,6 @@ int ioctl(int fd, unsigned long req, ...)
 
 /* ---- discipline: changes are new segments of the VM's clock file ---- */
 
-struct change {
-    int64_t step_ns;            /* step the VM clock by this */
-    int set_corr;               /* set the frequency correction to corr_ppm */
-    double corr_ppm;
-    int kind;
-};
-
 static int publish(const char *path, const void *buf, size_t len)
 {
     char tmp[4096];
@@ -538,10 +662,59 @@ static int publish(const char *path, const void *buf, size_t len)
     return 0;
 }
 
-/* Apply ``ch`` (a new segment) and the adjtimex fields of ``tx`` (may be NULL) to the
-   published clock, under its lock (agents.clock.update and ClockSpec.append). Returns 0, or -1
-   with errno set. */
-static int modify(const struct change *ch, const struct timex *tx)
+/* Linux kernel/time/ntp.c and include/uapi/linux/timex.h */
+#define TICK_US 10000                    /* USER_HZ 100: 1 us of tick is 100 ppm */
+#define MAXFREQ_SCALED (500LL << 16)     /* 500 ppm, as adjtimex's freq */
+#define MAXPHASE_NS 500000000.0          /* the PLL's offset bound */
+#define PHASE_LIMIT_US 16000000LL        /* NTP_PHASE_LIMIT: maxerror's bound */
+#define MAXERROR_US_PER_S 500            /* maxerror's growth (MAXFREQ) */
+#define SHIFT_PLL 2
+#define SHIFT_FLL 2
+#define KERNEL_MAXTC 10                  /* glibc's MAXTC (6) is not the kernel's */
+#define MINSEC 256
+#define MAXSEC 2048
+#ifndef ADJ_ADJTIME
+#define ADJ_ADJTIME 0x8000
+#define ADJ_OFFSET_READONLY 0x2000
+#endif
+#define STA_RONLY (STA_PPSSIGNAL | STA_PPSJITTER | STA_PPSWANDER | STA_PPSERROR | \
+                   STA_CLOCKERR | STA_NANO | STA_MODE | STA_CLK)
+
+/* maxerror (us) at true time ``t``: as set, plus 500 us for every second since
+   (second_overflow); above the phase limit the kernel holds it there and sets STA_UNSYNC */
+static int64_t maxerror_at(const struct hdr *h, int64_t t)
+{
+    return h->maxerror + (t - h->maxerror_ns) / NS * MAXERROR_US_PER_S;
+}
+
+/* ntp_update_offset: the PLL's (and FLL's) answer to an ADJ_OFFSET of ``offset`` (ns) at VM
+   second ``now_s``: updates h's freq, status and reftime; the phase to slew, ns. */
+static double update_offset(struct hdr *h, double offset, int64_t now_s)
+{
+    if (offset > MAXPHASE_NS)
+        offset = MAXPHASE_NS;
+    if (offset < -MAXPHASE_NS)
+        offset = -MAXPHASE_NS;
+    int64_t secs = h->status & STA_FREQHOLD ? 0 : now_s - h->reftime_s;
+    h->reftime_s = now_s;
+    double adj = 0;  /* ns/s */
+    h->status &= ~STA_MODE;
+    if (secs >= MINSEC && ((h->status & STA_FLL) || secs > MAXSEC)) {
+        h->status |= STA_MODE;
+        adj = offset / (double)(1 << SHIFT_FLL) / (double)secs;
+    }
+    adj += offset * (double)secs / ldexp(1.0, 2 * (SHIFT_PLL + 2 + (int)h->constant));
+    int64_t freq = h->freq + llrint(adj / 1000.0 * 65536.0);
+    h->freq = freq > MAXFREQ_SCALED ? MAXFREQ_SCALED : freq < -MAXFREQ_SCALED ? -MAXFREQ_SCALED
+                                                                                 : freq;
+    return offset;
+}
+
+/* Apply ``tx`` (process_adjtimex_modes, or adjtime's ADJ_ADJTIME; may be NULL) and a step of
+   ``step_ns`` to the published clock under its lock (agents.clock.update and
+   ClockSpec.append): a new segment when the clock's course changes. Returns 0, or -1 with
+   errno set. */
+static int modify(const struct timex *tx, int64_t step_ns)
 {
     const char *path = getenv("NSLAB_CLOCK");
     char lockpath[4096];
@@ -559,45 +732,95 @@ static int modify(const struct change *ch, const struct timex *tx)
     if (!buf || read(fd, buf, st.st_size) != st.st_size)
         goto out;
     struct hdr *h = (struct hdr *)buf;
-    if (memcmp(h->magic, "NSLABCK2", 8) != 0 || h->nseg == 0 ||
+    if (memcmp(h->magic, "NSLABCK3", 8) != 0 || h->nseg == 0 ||
         sizeof *h + h->nseg * sizeof(struct seg) > (size_t)st.st_size) {
         errno = EIO;
         goto out;
     }
+    struct seg *s = (struct seg *)(h + 1), *last = &s[h->nseg - 1], *n = &s[h->nseg];
+    int64_t t = true_ns(CLOCK_REALTIME);
+    if (t < last->start_ns)
+        t = last->start_ns;
+    int64_t now_s = (t + llrint(seg_offset(last, t, OFF_REALTIME))) / NS;
     h->stale = 0;
-    if (tx) {
-        if (tx->modes & ADJ_TICK)
-            h->tick = tx->tick;
-        if (tx->modes & ADJ_FREQUENCY)
-            h->freq = tx->freq;
-        if (tx->modes & ADJ_STATUS)
-            h->status = (tx->status & ~(STA_PPSSIGNAL | STA_PPSJITTER | STA_PPSWANDER |
-                                       STA_PPSERROR | STA_CLOCKERR | STA_NANO | STA_MODE |
-                                       STA_CLK)) | (h->status & STA_NANO);
+    if (maxerror_at(h, t) > PHASE_LIMIT_US)
+        h->status |= STA_UNSYNC;
+    *n = *last;
+    n->pll_ns = pll_left(last, t);
+    n->adj_ns = adj_left(last, t);
+    int kind = -1;  /* none: no new segment */
+    int64_t tick = h->tick, freq = h->freq;
+    if (tx && !(tx->modes & ADJ_ADJTIME) && (tx->modes & ADJ_SETOFFSET)) {
+        int64_t frac = tx->modes & ADJ_NANO ? tx->time.tv_usec : tx->time.tv_usec * 1000;
+        step_ns = tx->time.tv_sec * NS + frac;
+    }
+    int stepped = step_ns || (tx && !(tx->modes & ADJ_ADJTIME) && (tx->modes & ADJ_SETOFFSET));
+    if (stepped) {
+        /* a step clears the NTP state first (TK_CLEAR_NTP: ntp_clear), as settimeofday and
+           ADJ_SETOFFSET do before the other modes; the frequency stays */
+        kind = K_VM_STEP;
+        n->pll_ns = n->adj_ns = 0;
+        h->status |= STA_UNSYNC;
+        h->maxerror = h->esterror = PHASE_LIMIT_US;
+        h->maxerror_ns = t;
+    }
+    if (tx && tx->modes & ADJ_ADJTIME) {
+        n->adj_ns = (double)tx->offset * 1000.0;
+        kind = K_VM_SLEW;
+    } else if (tx) {
+        if (tx->modes & ADJ_STATUS) {
+            if ((h->status & STA_PLL) && !(tx->status & STA_PLL))
+                h->status = STA_UNSYNC;
+            if (!(h->status & STA_PLL) && (tx->status & STA_PLL))
+                h->reftime_s = now_s;
+            h->status = (h->status & STA_RONLY) | (tx->status & ~STA_RONLY);
+        }
         if (tx->modes & ADJ_NANO)
             h->status |= STA_NANO;
         if (tx->modes & ADJ_MICRO)
             h->status &= ~STA_NANO;
-        if (tx->modes & ADJ_MAXERROR)
-            h->maxerror = tx->maxerror;
+        if (tx->modes & ADJ_FREQUENCY)
+            h->freq = tx->freq > MAXFREQ_SCALED ? MAXFREQ_SCALED
+                : tx->freq < -MAXFREQ_SCALED ? -MAXFREQ_SCALED : tx->freq;
+        if (tx->modes & ADJ_MAXERROR) {
+            h->maxerror = tx->maxerror < 0 ? 0 : tx->maxerror > PHASE_LIMIT_US ? PHASE_LIMIT_US
+                                                                                : tx->maxerror;
+            h->maxerror_ns = t;
+        }
         if (tx->modes & ADJ_ESTERROR)
-            h->esterror = tx->esterror;
-        if (tx->modes & ADJ_TIMECONST)
-            h->constant = tx->constant;
+            h->esterror = tx->esterror < 0 ? 0 : tx->esterror > PHASE_LIMIT_US ? PHASE_LIMIT_US
+                                                                                : tx->esterror;
+        if (tx->modes & ADJ_TIMECONST) {
+            int64_t c = tx->constant < 0 ? 0 : tx->constant > KERNEL_MAXTC ? KERNEL_MAXTC : tx->constant;
+            c += h->status & STA_NANO ? 0 : 4;
+            h->constant = c > KERNEL_MAXTC ? KERNEL_MAXTC : c;
+        }
+        if ((tx->modes & ADJ_OFFSET) && (h->status & STA_PLL)) {
+            double off = (double)tx->offset;
+            if (!(h->status & STA_NANO))
+                off = fmax(-1e6, fmin(1e6, off)) * 1000.0;
+            n->pll_ns = update_offset(h, off, now_s);
+            kind = K_VM_SLEW;
+        }
+        if (tx->modes & ADJ_TICK)
+            h->tick = tx->tick;
     }
-    if (ch->step_ns || ch->set_corr) {
-        struct seg *s = (struct seg *)(h + 1), *last = &s[h->nseg - 1], *n = &s[h->nseg];
-        int64_t t = true_ns(CLOCK_REALTIME);
-        if (t < last->start_ns)
-            t = last->start_ns;
-        *n = *last;
+    /* the PLL's phase decays by 2^-(SHIFT_PLL + constant) a second (second_overflow) */
+    n->pll_rate = -log1p(-ldexp(1.0, -(SHIFT_PLL + (int)h->constant)));
+    if (kind < 0 && (h->tick != tick || h->freq != freq))
+        kind = K_VM_FREQUENCY;
+    if (kind < 0 && n->pll_ns != 0 && n->pll_rate != last->pll_rate)
+        kind = K_VM_SLEW;
+    if (stepped)
+        kind = K_VM_STEP;
+    if (kind >= 0) {
         n->start_ns = t;
-        n->offset_ns = seg_offset(last, t, OFF_REALTIME) + (double)ch->step_ns;
-        n->steps_ns = last->steps_ns + (double)ch->step_ns;
-        n->corr_ns = last->corr_ns + last->corr_ppm * (double)(t - last->start_ns) * 1e-6;
-        if (ch->set_corr)
-            n->corr_ppm = ch->corr_ppm;
-        n->kind = ch->kind;
+        n->offset_ns = seg_offset(last, t, OFF_REALTIME) + (double)step_ns;
+        n->steps_ns = last->steps_ns + (double)step_ns;
+        n->corr_ns = last->corr_ns + last->corr_ppm * (double)(t - last->start_ns) * 1e-6 +
+            slew(last, t);
+        n->corr_ppm = (double)(h->tick - TICK_US) * 100.0 + (double)h->freq / 65536.0;
+        n->kind = kind;
         h->nseg++;
     }
     rc = publish(path, buf, sizeof *h + h->nseg * sizeof(struct seg));
@@ -610,68 +833,63 @@ out:
     return rc;
 }
 
-/* USER_HZ 100: one tick is 10000 us, and 1 us of tick is 100 ppm (adjtimex(2)) */
-#define TICK_US 10000
-#define MAXFREQ_SCALED (500LL << 16)
+/* time_status is an error (is_error_status of kernel/time/ntp.c) */
+static int error_status(int s)
+{
+    return (s & (STA_UNSYNC | STA_CLOCKERR)) ||
+        ((s & (STA_PPSFREQ | STA_PPSTIME)) && !(s & STA_PPSSIGNAL)) ||
+        ((s & (STA_PPSTIME | STA_PPSJITTER)) == (STA_PPSTIME | STA_PPSJITTER)) ||
+        ((s & STA_PPSFREQ) && (s & (STA_PPSWANDER | STA_PPSERROR)));
+}
 
+/* __do_adjtimex on the VM clock: validation (timekeeping_validate_timex), the changes
+   (modify), then the state read back into ``tx``. */
 static int vm_adjtimex(struct timex *tx)
 {
     const struct hdr *h = clock_map();
-    if (tx->modes & ADJ_OFFSET && tx->offset != 0 && (tx->modes & ADJ_OFFSET_SS_READ) !=
-        ADJ_OFFSET_SS_READ) {
-        errno = EOPNOTSUPP;  /* a kernel PLL/adjtime() slew: not emulated */
-        return -1;
-    }
-    if ((tx->modes & ADJ_TICK) && (tx->tick < 9000 || tx->tick > 11000)) {
+    int adjtime = tx->modes & ADJ_ADJTIME;
+    if (adjtime && (tx->modes & ADJ_OFFSET_SINGLESHOT) != ADJ_OFFSET_SINGLESHOT) {
         errno = EINVAL;
         return -1;
     }
-    if ((tx->modes & ADJ_SETOFFSET) && (tx->modes & ADJ_NANO ? tx->time.tv_usec >= NS
-                                        : tx->time.tv_usec >= 1000000)) {
+    if (!adjtime && (tx->modes & ADJ_TICK) && (tx->tick < 9000 || tx->tick > 11000)) {
         errno = EINVAL;
         return -1;
     }
-    if (tx->modes & ADJ_FREQUENCY) {
-        if (tx->freq > MAXFREQ_SCALED)
-            tx->freq = MAXFREQ_SCALED;
-        if (tx->freq < -MAXFREQ_SCALED)
-            tx->freq = -MAXFREQ_SCALED;
+    if (!adjtime && (tx->modes & ADJ_SETOFFSET) &&
+        (tx->time.tv_usec < 0 ||
+         tx->time.tv_usec >= (tx->modes & ADJ_NANO ? NS : 1000000))) {
+        errno = EINVAL;
+        return -1;
     }
-    int writes = tx->modes & (ADJ_TICK | ADJ_FREQUENCY | ADJ_STATUS | ADJ_MAXERROR |
-                              ADJ_ESTERROR | ADJ_TIMECONST | ADJ_SETOFFSET | ADJ_NANO |
-                              ADJ_MICRO);
-    if (writes && (tx->modes & ADJ_OFFSET_SS_READ) != ADJ_OFFSET_SS_READ) {
-        struct change ch = {0};
-        if (tx->modes & (ADJ_TICK | ADJ_FREQUENCY)) {
-            int64_t tick = tx->modes & ADJ_TICK ? tx->tick : h->tick;
-            int64_t freq = tx->modes & ADJ_FREQUENCY ? tx->freq : h->freq;
-            ch.set_corr = 1;
-            ch.corr_ppm = (double)(tick - TICK_US) * 100.0 + (double)freq / 65536.0;
-            ch.kind = K_VM_FREQUENCY;
-        }
-        if (tx->modes & ADJ_SETOFFSET) {
-            int64_t frac = tx->modes & ADJ_NANO ? tx->time.tv_usec : tx->time.tv_usec * 1000;
-            ch.step_ns = tx->time.tv_sec * NS + frac;
-            ch.kind = K_VM_STEP;
-        }
-        if (modify(&ch, tx) != 0)
+    int64_t t = true_ns(CLOCK_REALTIME);
+    const struct seg *s = segment_at(h, t);
+    long old_adj_us = (long)(adj_left(s, t) / 1000.0);
+    if (adjtime ? !(tx->modes & ADJ_OFFSET_READONLY) : tx->modes != 0) {
+        if (modify(tx, 0) != 0)
             return -1;
         h = clock_map();
+        t = true_ns(CLOCK_REALTIME);
+        s = segment_at(h, t);
     }
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    tx->offset = 0;
+    int64_t vm = t + llrint(seg_offset(s, t, OFF_REALTIME));
+    int64_t maxerror = maxerror_at(h, t);
+    int status = h->status | (maxerror > PHASE_LIMIT_US ? STA_UNSYNC : 0);
+    if (adjtime)
+        tx->offset = old_adj_us;
+    else
+        tx->offset = (long)(status & STA_NANO ? pll_left(s, t) : pll_left(s, t) / 1000.0);
     tx->freq = h->freq;
     tx->tick = h->tick;
-    tx->status = h->status;
-    tx->maxerror = h->maxerror;
+    tx->status = status;
+    tx->maxerror = maxerror < PHASE_LIMIT_US ? maxerror : PHASE_LIMIT_US;
     tx->esterror = h->esterror;
     tx->constant = h->constant;
     tx->precision = 1;
-    tx->tolerance = 500LL << 16;
-    tx->time.tv_sec = now.tv_sec;
-    tx->time.tv_usec = h->status & STA_NANO ? now.tv_nsec : now.tv_nsec / 1000;
-    return h->status & STA_UNSYNC ? TIME_ERROR : TIME_OK;
+    tx->tolerance = MAXFREQ_SCALED;
+    tx->time.tv_sec = vm / NS;
+    tx->time.tv_usec = status & STA_NANO ? vm % NS : vm % NS / 1000;
+    return error_status(status) ? TIME_ERROR : TIME_OK;
 }
 
 int adjtimex(struct timex *tx)
@@ -700,13 +918,39 @@ int clock_adjtime(clockid_t id, struct timex *tx)
     return id == CLOCK_REALTIME && clock_map() ? vm_adjtimex(tx) : real(id, tx);
 }
 
+/* glibc's adjtime (misc/adjtime.c): ADJ_OFFSET_SINGLESHOT of ``delta`` (us), or
+   ADJ_OFFSET_SS_READ without; the adjustment left before it into ``olddelta``. glibc calls
+   its own clock_adjtime, which the preload cannot replace, so this one is replaced. */
+int adjtime(const struct timeval *delta, struct timeval *olddelta)
+{
+    REAL(adjtime);
+    if (!clock_map())
+        return real(delta, olddelta);
+    struct timex tx = {.modes = ADJ_OFFSET_SS_READ};
+    if (delta) {
+        int64_t sec = delta->tv_sec + delta->tv_usec / 1000000;
+        if (sec > INT32_MAX / 1000000 - 2 || sec < INT32_MIN / 1000000 + 2) {
+            errno = EINVAL;
+            return -1;
+        }
+        tx.modes = ADJ_OFFSET_SINGLESHOT;
+        tx.offset = delta->tv_usec % 1000000 + sec * 1000000;
+    }
+    if (vm_adjtimex(&tx) < 0)
+        return -1;
+    if (olddelta) {
+        olddelta->tv_sec = tx.offset / 1000000;
+        olddelta->tv_usec = tx.offset % 1000000;
+    }
+    return 0;
+}
+
 static int vm_settime(int64_t target_ns)
 {
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    struct change ch = {.step_ns = target_ns - (now.tv_sec * NS + now.tv_nsec),
-                        .kind = K_VM_STEP};
-    return modify(&ch, NULL);
+    int64_t step = target_ns - (now.tv_sec * NS + now.tv_nsec);
+    return modify(NULL, step);
 }
 
 int clock_settime(clockid_t id, const struct timespec *ts)

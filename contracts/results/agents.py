@@ -5,6 +5,8 @@ Units: us, ppm, s, bit/s, MiB.
 """
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from contracts.base import Model
@@ -60,6 +62,28 @@ class ChronySync(SyncErrors):
                                                   "never")
 
 
+class ClockDaemonRow(SyncErrors):
+    """One client VM of the clock-daemon matrix (``session.clockd``): what its daemon
+    achieved, from the truth: |client clock - reference clock| and |frequency difference|
+    sampled every 0.5 s after ``clock_daemons.warmup_s``."""
+
+    vm: str
+    daemon: Literal["chrony", "ntpsec", "ptp4l"]
+    converged_s: float | None = Field(description="s after the daemons started from which "
+                                                  "every sample is within converged_us; "
+                                                  "null: never")
+    synced_log: str | None = Field(description="the daemon's first log line saying it "
+                                               "synchronized; null: none")
+
+
+class ClockDaemons(Model):
+    """The clock-daemon matrix: unmodified daemons in VMs against one reference VM."""
+
+    server: str = Field(description="the reference VM (NTP server, PTP grandmaster)")
+    converged_us: float = Field(description="the offset bound that defines convergence, us")
+    rows: list[ClockDaemonRow]
+
+
 class SyncSeries(Model):
     """The offset errors per estimation window, by VM (the reference left out); at most 150
     windows (the last of each run of windows when more)."""
@@ -82,6 +106,9 @@ class SyncSection(SyncErrors):
     baseline_ntp: SyncErrors = Field(description="NTP-style estimator, same probes")
     chrony: ChronySync | None = Field(None, description="real chronyd on the same lab (the "
                                       "scenario's chrony section); absent without it")
+    clock_daemons: ClockDaemons | None = Field(None, description="the clock-daemon matrix on "
+                                               "the same lab (the scenario's clock_daemons "
+                                               "section); absent without it")
     converged_us: float = Field(description="the offset bound that defines convergence, us")
     converged_s: float | None = Field(description="s after the agents started to the end of "
                                                   "the first window from which every window's "

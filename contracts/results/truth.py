@@ -40,7 +40,7 @@ class Segment(Model):
     kind: SegmentKind = Field(
         "start", description="what started it: the lab (start, step, migrate) or the VM's own "
         "discipline (vm_frequency: adjtimex frequency/tick; vm_step: settimeofday, "
-        "clock_settime, ADJ_SETOFFSET)")
+        "clock_settime, ADJ_SETOFFSET; vm_slew: ADJ_OFFSET, the kernel PLL, or adjtime)")
     corr_ppm: float = Field(0.0, description="the VM's own frequency correction in force, ppm "
                                              "(on top of its host's oscillator)")
 

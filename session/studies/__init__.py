@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from session.studies.cassini import Cassini
 from session.studies.chrony import Chrony
+from session.studies.clock_daemons import ClockDaemons
 from session.studies.lb import Lb
 from session.studies.placement import Placement
 from session.studies.two_step import TwoStep
 
-STUDIES = (Chrony, Placement, Cassini, TwoStep, Lb)
+STUDIES = (Chrony, ClockDaemons, Placement, Cassini, TwoStep, Lb)

@@ -63,7 +63,7 @@ def test_binary_roundtrip_and_format_check():
     back = ClockSpec.from_bytes(c.to_bytes())
     assert back == c
     assert back.to_vm_ns(T0 + 5 * S) == c.to_vm_ns(T0 + 5 * S)
-    with pytest.raises(ValueError, match="nslab.clock/2"):
+    with pytest.raises(ValueError, match="nslab.clock/3"):
         ClockSpec.from_bytes(b'{"schema": "nslab.clock/1"}')
     with pytest.raises(ValueError, match="truncated"):
         ClockSpec.from_bytes(c.to_bytes()[:-1])

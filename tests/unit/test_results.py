@@ -50,7 +50,7 @@ def test_dump_round_trips_the_real_document(doc):
     assert out["schema"] == R.SCHEMA
     # values are unchanged; fields the producer left out come back as null (or the default)
     # no chrony, no pacers in this run; written before the series existed
-    assert out["sync"] == {**doc["sync"], "chrony": None, "series": None}
+    assert out["sync"] == {**doc["sync"], "chrony": None, "clock_daemons": None, "series": None}
     assert out["jobs"] == [{**j, "edge": None, "iteration_times_s": None, "comm_times_s": None,
                             "fabric_drops": None, "drops_by_link": None, "compute": None,
                             "trace": None}

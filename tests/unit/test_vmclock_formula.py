@@ -2,11 +2,13 @@
 for bit, for every clock and segment kind; a rewritten file reaches a running process; which
 programs bypass the preload. No clock is set here: only reads (the discipline calls are
 tested inside a VM, without CAP_SYS_TIME, in tests/integration/test_vmclock.py)."""
+import math
 import os
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -34,6 +36,11 @@ def clock_spec() -> ClockSpec:
     c.append(T0 + 19 * S + 123, host="h2", oscillator=Oscillator(T0, -12.0, ((0.2, 40.0, 1),)))
     c.append(T0 + 31 * S, corr_ppm=-41.5, kind="vm_frequency")
     c.append(T0 + 45 * S, step_ns=-3.3e6, kind="vm_step")
+    # slews (the kernel PLL's ADJ_OFFSET, adjtime), carried on into the next segment
+    c.append(T0 + 50 * S, kind="vm_slew")
+    c.segments[-1] = replace(c.segments[-1], pll_ns=-370_123.5, pll_rate=-math.log1p(-2 ** -6),
+                             adj_ns=2.2e6)
+    c.append(T0 + 53 * S + 77, corr_ppm=3.25, kind="vm_frequency")
     return c
 
 
@@ -63,7 +70,8 @@ def test_c_and_python_agree_bit_for_bit_on_every_segment(reader):
     path, read = reader
     spec = clock_spec()
     times = [T0 - S, T0, T0 + 7 * S - 1, T0 + 7 * S, T0 + 19 * S + 123, T0 + 31 * S + 5,
-             T0 + 45 * S, T0 + 600 * S + 987_654_321] + [T0 + k * 3_141_592_653 for k in range(20)]
+             T0 + 45 * S, T0 + 51 * S + 3, T0 + 53 * S + 77, T0 + 55 * S,
+             T0 + 600 * S + 987_654_321] + [T0 + k * 3_141_592_653 for k in range(20)]
     for t in times:
         assert read(t) == python_offsets(spec, t), t
 
