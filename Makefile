@@ -11,10 +11,12 @@ STAMP   := $(VENV)/.nslab-installed
 # open nslab report's HTML page in a headless browser, tests/unit/test_report_browser.py, and
 # load `nslab tui --serve` in one, tests/integration/test_tui_serve.py; clang, libbpf-dev: the
 # pacer's kernel datapath, agents/native/pacer.bpf.c; bpftool: to inspect its maps, pinned in
-# each VM's bpffs)
+# each VM's bpffs; sshd, ssh: the multi-server test runs sshd inside a lab namespace only,
+# tests/integration/servers.py, and starts no service)
 DEB_CMDS := mnexec:mininet ip:iproute2 tc:iproute2 nft:nftables iperf3:iperf3 \
             tcpdump:tcpdump tshark:tshark ifconfig:net-tools ping:iputils-ping ps:procps \
-            gcc:gcc make:make chromium:chromium clang:clang bpftool:bpftool
+            gcc:gcc make:make chromium:chromium clang:clang bpftool:bpftool \
+            sshd:openssh-server ssh:openssh-client
 SCENARIO ?= quickstart
 
 .PHONY: setup system-packages native bpf chrony clockd lab test unit integration docs tui tui-recording \
