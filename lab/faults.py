@@ -5,6 +5,11 @@ changes nothing.
 
 Links are named by their two end nodes (``"leaf1", "spine1"``); changes apply to both
 directions. Rates are Mbit/s, loss percent, queue limits packets, clock steps ms.
+
+In a lab split across servers, a link cut between servers (its VXLAN tunnel, ``lab.tunnel``)
+goes down and up (``link_down``, ``link_up``, ``flap``) on both servers; its other faults, and
+any fault changing a node on a remote server other than a link's state, are refused
+(``LabError``, saying so) rather than applied to this machine's kernel.
 """
 from __future__ import annotations
 
@@ -64,6 +69,8 @@ class Faults:
             ends = (link.intf1, link.intf2)
             links.setdefault(frozenset(i.node.name for i in ends),
                              all(i.shaping.bw is not None for i in ends))
+        for pair, tunnel in self.lab.tunnels.items():
+            links[pair] = tunnel.shaping.bw is not None
         return LabFacts(self.lab.name, nodes=frozenset(net.nameToNode), links=links,
                         vms=dict(self.lab.phys), paused=frozenset(self.paused))
 
@@ -88,14 +95,34 @@ class Faults:
             LabError: no such node or link.
         """
         check_link(self.facts(), a, b)
+        if frozenset((a, b)) in self.lab.tunnels:
+            raise LabError(f"link {a}-{b} is cut between servers: only link_down, link_up "
+                           "and flap reach its tunnel so far")
         net = self.lab.net
         link = net.linksBetween(net[a], net[b])[0]
         return link.intf1, link.intf2
 
+    def _local(self, *nodes: str) -> None:
+        """Refuse a change on a node that runs on a remote server.
+
+        Raises:
+            LabError: naming the node and its server.
+        """
+        for n in nodes:
+            node = self.lab.net[n]
+            if node.remote:
+                raise LabError(f"{n} runs on server {node.on.server.name}: this fault is not "
+                               "applied on remote servers yet (link_down, link_up and flap "
+                               "are)")
+
     # -- links -----------------------------------------------------------------------------
     def _set_state(self, a: str, b: str, state: str) -> None:
+        tunnel = self.lab.tunnels.get(frozenset((a, b)))
+        if tunnel is not None:
+            tunnel.set_up(state == "up")
+            return
         for intf in self.ends(a, b):
-            intf.node.ipr.link("set", index=intf.index, state=state)
+            intf.node.run_batch("ip", [f"link set dev {intf.name} {state}"])
 
     def link_down(self, a: str, b: str) -> Event:
         """Take a link down; fabric routes converge around it."""
@@ -144,6 +171,7 @@ class Faults:
     def loss(self, a: str, b: str, percent: float) -> Event:
         """Random loss of ``percent`` % in both directions (0 removes it)."""
         fault = self._allowed(Loss, link=(a, b), percent=percent)
+        self._local(a, b)
         for intf in self._reshape(a, b, loss=percent or None):
             tc.set_drop(intf.node.netns, intf.name, percent)
         return self.lab.stamp_fault(fault)
@@ -151,6 +179,7 @@ class Faults:
     def rate(self, a: str, b: str, mbit: float) -> Event:
         """Change the link rate (Mbit/s) of a shaped link."""
         fault = self._allowed(Rate, link=(a, b), mbit=mbit)
+        self._local(a, b)
         ends = list(self._reshape(a, b, bw=mbit))
         nic = self.lab.host_layer.nic_of(a, b)
         if nic is not None:  # a host's NIC: every VM's class follows
@@ -165,6 +194,7 @@ class Faults:
     def queue(self, a: str, b: str, packets: int) -> Event:
         """Change the queue limit (packets) of a link."""
         fault = self._allowed(Queue, link=(a, b), packets=packets)
+        self._local(a, b)
         ends = list(self._reshape(a, b, max_queue_size=packets))
         nic = self.lab.host_layer.nic_of(a, b)
         if nic is not None and nic.share_mbit:  # a shaped host NIC: every VM's queue there
@@ -201,6 +231,7 @@ class Faults:
         """Freeze every process of ``vm`` and silence its network (its kernel no longer
         answers, as a paused VM's would not)."""
         fault = self._allowed(Pause, vm=vm)
+        self._local(vm)
         node = self.lab.net[vm]
         self.lab.cgroups.freeze(node.phys, vm, True)
         self._vm_wire(node, 100)
@@ -209,6 +240,7 @@ class Faults:
 
     def resume(self, vm: str) -> Event:
         fault = self._allowed(Resume, vm=vm)
+        self._local(vm)
         node = self.lab.net[vm]
         self._vm_wire(node, 0)
         self.lab.cgroups.freeze(node.phys, vm, False)
@@ -218,6 +250,7 @@ class Faults:
     def clock_step(self, vm: str, step_ms: float) -> Event:
         """Step ``vm``'s clock by ``step_ms`` (the VM's processes see it at once)."""
         fault = self._allowed(ClockStep, vm=vm, step_ms=step_ms)
+        self._local(vm)
         now = time.time_ns()
         self.lab.clocks.step(vm, now, step_ms * 1e6)
         return self.lab.stamp_fault(fault, at_ns=now)
@@ -233,6 +266,7 @@ class Faults:
                 another leaf.
         """
         fault = self._allowed(Migrate, vm=vm, to=to)
+        self._local(vm)
         old = self.lab.phys[vm]
         self.lab.host_layer.migrate(vm, old, to)
         self.lab.cgroups.move_vm(vm, old, to)

@@ -83,10 +83,10 @@ class HostLayer:
             if up.shaping.bw is not None:
                 nic.share_mbit = up.shaping.bw / max(1, len(members))
                 for intf, field in nic.directions():
-                    tc.run_batch(intf.node.netns, "tc", [f"qdisc del dev {intf.name} root",
-                                                          *self._root_lines(intf)]
-                                 + [line for vm in members
-                                    for line in self._vm_lines(nic, intf, field, vm)])
+                    intf.node.run_batch("tc", [f"qdisc del dev {intf.name} root",
+                                               *self._root_lines(intf)]
+                                        + [line for vm in members
+                                           for line in self._vm_lines(nic, intf, field, vm)])
 
     def members(self, host: str) -> list[str]:
         """The VMs on ``host`` now, in topology order."""

@@ -8,6 +8,11 @@
 The bring-up pipeline is ``Lab.start``; every kernel object it creates carries the prefix
 ``nslab-<name>`` and is removed by ``Lab.stop`` (also after an exception or Ctrl-C, through the
 context manager).
+
+Given ``servers`` (``topo.split``), the lab is split across them: each node is built on its
+server through that server's ``lab.servers.ServerShell`` (``lab.nodes``), the links between
+routers on different servers are shaped VXLAN tunnels (``lab.tunnel``), and teardown removes
+what was made on every server (``lab.servers.Servers``).
 """
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from mininet.net import Mininet
 from mininet.topo import Topo
@@ -35,8 +40,12 @@ from lab.links import LINK_KEYS, ShapedLink
 from lab.names import check_lab_name, lab_prefix, state_dir
 from lab.netlink import remove_netns
 from lab.nodes import VM, Router, fabric_node
+from lab.servers import Servers, ServerShell
+from lab.tunnel import VxlanLink
+from lab.vmclock import library
 from lab.wait import wait_until
 from topo.routing import lab_routes, path_slots
+from topo.split import Server, Split, split, without_cut
 
 
 def lab_netns(name: str) -> list[str]:
@@ -98,19 +107,35 @@ class Lab:
             (``Cgroups.reserve``), so that the hosts get their budgets on a busy machine.
         host_cpu: per physical host ``{"cpu_cores": float, "cpuset": "0-1"}`` overrides.
         progress: called with short messages during long steps.
+        servers: the servers to split the lab across (``topo.split.Server``, the first the
+            one this runs on; none or one: this machine alone).
+        server_placement: router -> server name, overriding the dealt placement.
+        ssh_options: extra ``ssh`` arguments for the remote servers (``-i KEY``, ...).
 
     Raises (from ``start``):
         NotRootError, CapabilityError (also for a fabric mode this kernel cannot provide),
-        LabError.
-    Raises (here): ValueError for an unknown fabric mode.
+        LabError (also: a remote server that does not answer or lacks nslab, a CPU budget
+        for a physical host on a remote server).
+    Raises (here): ValueError for an unknown fabric mode; ``topo.split.SplitError`` (a
+    ValueError) for a placement that cannot be built.
     """
 
     def __init__(self, topo: Topo, name: str = "lab", seed: int = 1,
                  clocks: ClockConfig | None = None, cpu_cores: float | None = None,
                  cpu_reserve: bool = False, host_cpu: dict[str, dict] | None = None,
                  fabric: str = "ecmp",
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None,
+                 servers: Sequence[Server] = (), server_placement: Mapping[str, str] | None = None,
+                 ssh_options: Sequence[str] = ()):
         self.topo, self.name, self.seed = topo, check_lab_name(name), seed
+        self.split: Split | None = (split(topo, servers, server_placement)
+                                    if len(servers) > 1 else None)
+        """Where each node runs (None: all here)."""
+        self.servers: Servers | None = (Servers(self.name, servers, ssh_options)
+                                        if self.split else None)
+        self._here = ServerShell(Server("local", "127.0.0.1"), state_dir(self.name))
+        self.tunnels: dict[frozenset[str], VxlanLink] = {}
+        """The cut links' tunnels, by their two routers."""
         self.fabric = check_mode(fabric)
         self.clock_config = clocks or ClockConfig()
         self.cpu_cores, self.host_cpu = cpu_cores, host_cpu or {}
@@ -138,6 +163,68 @@ class Lab:
         self.faults = Faults(self)
         self.host_layer = HostLayer(self)
         """The hosts' NICs (``lab.hostnic``; none without a host layer in ``topo``)."""
+
+    # -- servers ---------------------------------------------------------------------------
+    def shell_of(self, node: str) -> ServerShell:
+        """The ``ServerShell`` of the server ``node`` runs on."""
+        if self.split is None:
+            return self._here
+        return self.servers[self.split.server_of[node]]
+
+    def vm_clock_path(self, vm: str) -> str:
+        """The file ``vm``'s processes read their clock from (``NSLAB_CLOCK``), on its
+        server: a remote server's copy is under its lab directory there."""
+        shell = self.shell_of(vm)
+        if shell.local:
+            return self.clocks.path(vm)
+        return os.path.join(self.servers.remote_dir(shell), "clock", f"{vm}.clock")
+
+    def _remote_vms(self) -> list[str]:
+        return [vm for vm in self.topo.hosts() if not self.shell_of(vm).local]
+
+    def _check_remote(self) -> None:
+        """Refuse what a remote server cannot do yet, before anything is built.
+
+        Raises:
+            LabError: a CPU budget for a physical host whose VMs run on a remote server.
+        """
+        for vm in self._remote_vms():
+            host = self.topo.nodeInfo(vm).get("phys") or f"phys-{vm}"
+            spec = {"cpu_cores": self.cpu_cores, **self.host_cpu.get(host, {})}
+            if spec.get("cpu_cores") is not None or spec.get("cpuset") is not None:
+                raise LabError(
+                    f"{vm} runs on server {self.split.server_of[vm]}: CPU budgets "
+                    f"(hosts.cpu_cores, cpuset) of physical hosts on remote servers are not "
+                    "built yet; give its host none, or place its leaf on the first server")
+
+    def _start_servers(self) -> None:
+        """Reach every server, check nslab's VM clock preload is there at the same path, and
+        publish the remote VMs' clock files on their servers.
+
+        Raises:
+            LabError: a server does not answer or lacks the preload.
+        """
+        self.servers.check()
+        lib = library()
+        for shell in self.servers.shells.values():
+            if not shell.local:
+                try:
+                    shell.run(["test", "-r", lib])
+                except LabError as e:
+                    raise LabError(f"server {shell.server.name} has no {lib}: install nslab "
+                                   "at the same path on every server (docs/multi-server.md)"
+                                   ) from e
+        for vm in self._remote_vms():
+            with open(self.clocks.path(vm), "rb") as f:
+                self.servers.put(self.split.server_of[vm], self.vm_clock_path(vm), f.read())
+
+    def _start_tunnels(self) -> None:
+        """Bring up every cut link's tunnel (after the nodes, before the routes)."""
+        netns = {n.name: n.netns for n in self.net.switches}
+        for cut in self.split.cut:
+            link = VxlanLink(self.name, cut, self.servers, netns)
+            self.tunnels[frozenset((cut.node_a, cut.node_b))] = link
+            link.up()
 
     # -- Mininet-like access ---------------------------------------------------------------
     def __getitem__(self, name: str):
@@ -206,15 +293,24 @@ class Lab:
                            f"'nslab clean {self.name}' removes a crashed one")
         check_link_params(self.topo, caps["netem"].ok)
         require_fabric(self.fabric, caps)
+        if self.split:
+            self._check_remote()
         try:
             self._physical_hosts()
+            if self.split:
+                self._start_servers()
             self.routes = self.healthy_routes = lab_routes(self.topo, self.phys)
             self.progress(f"building {len(self.topo.nodes())} nodes, "
-                          f"{len(self.topo.links())} links")
-            self.net = Mininet(topo=self.topo, host=functools.partial(VM, lab=self),
+                          f"{len(self.topo.links())} links"
+                          + (f" on {len(self.split.servers)} servers, "
+                             f"{len(self.split.cut)} links cut" if self.split else ""))
+            topo = without_cut(self.topo, self.split) if self.split else self.topo
+            self.net = Mininet(topo=topo, host=functools.partial(VM, lab=self),
                                switch=fabric_node(self), link=ShapedLink, controller=None,
                                autoSetMacs=True, build=False, waitConnected=False)
             self.net.build()
+            if self.split:
+                self._start_tunnels()
             for node in self.net.hosts + self.net.switches:
                 node.flush()
             self.net.start()
@@ -234,13 +330,15 @@ class Lab:
         self.record("cgroup", lab_prefix(self.name))
         self.clocks = ClockBook(self.clock_config, self.seed,
                                 os.path.join(state_dir(self.name), "clock"), time.time_ns())
-        for host in sorted(set(self.phys.values())):
+        here = {vm: host for vm, host in self.phys.items() if self.shell_of(vm).local}
+        for host in sorted(set(here.values())):
             spec = {"cpu_cores": self.cpu_cores, **self.host_cpu.get(host, {})}
             self.cgroups.create_host(host, spec.get("cpu_cores"), spec.get("cpuset"))
         if self.cpu_reserve:
             self.cgroups.reserve()
         for vm, host in self.phys.items():
-            self.cgroups.create_vm(host, vm)
+            if vm in here:
+                self.cgroups.create_vm(host, vm)
             self.clocks.add_vm(vm, host)
 
     def reroute(self) -> None:
@@ -277,7 +375,9 @@ class Lab:
     def publish_state(self) -> None:
         """Write ``vms.json`` in the state directory: how ``nslab exec`` enters each VM."""
         doc = {vm.name: {"netns": vm.netns, "clock": vm.clock_path, "phys": vm.phys,
-                         "cgroup_procs": self.cgroups.join_paths(vm.phys, vm.name)}
+                         "server": vm.on.server.name,
+                         "cgroup_procs": ([] if vm.remote else
+                                          self.cgroups.join_paths(vm.phys, vm.name))}
                for vm in self.vms}
         path = os.path.join(state_dir(self.name), "vms.json")
         with open(path + ".tmp", "w") as f:
@@ -291,7 +391,8 @@ class Lab:
         t = time.perf_counter()
         self.faults.stop_all()
         errors = []
-        shells = [n.pid for n in self.net.hosts + self.net.switches] if self.net else []
+        shells = ([n.shell.pid if n.remote else n.pid for n in self.net.hosts + self.net.switches]
+                  if self.net else [])
         if self.net is not None:
             try:
                 self.host_layer.freeze()
@@ -305,6 +406,12 @@ class Lab:
         for kind, name in self.created:
             if kind == "netns":
                 remove_netns(name)
+        self.tunnels = {}
+        if self.servers is not None:
+            try:
+                errors += self.servers.teardown()
+            except Exception as e:  # the record stays for nslab clean
+                errors.append(f"servers: {e}")
         if self.cgroups is not None:
             try:
                 self.cgroups.destroy()

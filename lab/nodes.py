@@ -2,21 +2,33 @@
 
 Every node runs in its own network namespace, named ``nslab-<lab>-<node>`` (``ip netns
 list``), so ``ip netns exec`` and pyroute2 reach it, and a crashed lab is found by prefix.
+
+A node of a lab split across servers (``topo.split``) runs on its server; every command that
+configures it goes through that server's ``lab.servers.ServerShell`` (``on``): here for the
+first server, over the shared SSH control connection for the others. On a remote server the
+namespace is made with ``ip netns add`` (recorded first, ``lab.servers.Servers``), the node's
+Mininet shell is ``ssh -tt SERVER ip netns exec NS bash`` (Mininet Cluster Edition's
+``RemoteMixin``: a shell on a terminal there, its PID read back with ``echo $$``), and every
+process it starts (``popen``) is a ``lab.servers.RemoteProcess``. No netlink socket reaches a
+remote node (``ipr`` refuses), so nothing silently reads this machine's kernel instead.
 """
 from __future__ import annotations
 
+import itertools
 import os
-import socket
+import shlex
+import subprocess
 import threading
 from typing import TYPE_CHECKING
 
 from mininet.node import Host, Node
 
 from agents.clock import ENV_VAR
-from lab import fabric, tc, vmclock
+from lab import fabric, vmclock
 from lab.errors import LabError
 from lab.names import netns_name
-from lab.netlink import attach_netns, entered, ns_iproute, remove_netns
+from lab.netlink import attach_netns, ns_iproute, remove_netns
+from lab.servers import RemoteProcess
 from topo.routing import HOST_ROLE, ROUTER_ROLES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,6 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # Quieter namespaces: no IPv6 (router solicitations, DAD) in counters and captures.
 _COMMON_SYSCTL = ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"]
+_SEQ = itertools.count()
 
 
 class LabNode(Node):
@@ -31,21 +44,37 @@ class LabNode(Node):
 
     def __init__(self, name: str, lab: Lab, **params):
         self.lab = lab
-        self.netns = netns_name(lab.name, name)
+        self.on = lab.shell_of(name)
+        """The ``ServerShell`` of the server this node runs on."""
+        self.remote = not self.on.local
         self._iprs: dict[int, object] = {}  # thread id -> IPRoute
         self._ipr_lock = threading.Lock()
         self.batch: dict[str, list[str]] = {"ip": [], "tc": [], "nft": []}
-        params["inNamespace"] = True
-        super().__init__(name, **params)
-        attach_netns(self.netns, self.pid)
-        self.lab.record("netns", self.netns)
+        if self.remote:
+            self.netns = lab.servers.add_netns(self.on.server.name, name)
+            params["inNamespace"] = False  # ip netns exec enters it
+            super().__init__(name, **params)
+            self.pid = int(self.cmd("echo $$"))  # the shell's PID there (RemoteMixin)
+        else:
+            self.netns = netns_name(lab.name, name)
+            params["inNamespace"] = True
+            super().__init__(name, **params)
+            attach_netns(self.netns, self.pid)
+            self.lab.record("netns", self.netns)
         self.sysctl(*_COMMON_SYSCTL)
 
     @property
     def ipr(self):
         """pyroute2 ``IPRoute`` bound to this node's namespace, one per thread: pyroute2's
         synchronous API runs an event loop per thread, and a socket reopened on another thread
-        would land in that thread's namespace."""
+        would land in that thread's namespace.
+
+        Raises:
+            LabError: the node runs on a remote server (no netlink socket reaches it).
+        """
+        if self.remote:
+            raise LabError(f"{self.name} runs on server {self.on.server.name}: no netlink "
+                           "socket reaches it from here")
         tid = threading.get_ident()
         ipr = self._iprs.get(tid)
         if ipr is None:
@@ -53,6 +82,14 @@ class LabNode(Node):
             with self._ipr_lock:
                 self._iprs[tid] = ipr
         return ipr
+
+    def run_batch(self, tool: str, lines: list[str]) -> None:
+        """Run ``ip``, ``tc`` or ``nft`` lines in this node's namespace, on its server.
+
+        Raises:
+            LabError: a line failed.
+        """
+        self.on.batch(self.netns, tool, lines)
 
     def flush(self) -> None:
         """Run the queued bring-up lines (addresses, qdiscs, nftables) in one process per
@@ -62,7 +99,7 @@ class LabNode(Node):
             LabError: a line failed.
         """
         for tool in ("ip", "tc", "nft"):
-            tc.run_batch(self.netns, tool, self.batch[tool])
+            self.run_batch(tool, self.batch[tool])
             self.batch[tool] = []
 
     def sysctl(self, *assignments: str) -> None:
@@ -71,21 +108,51 @@ class LabNode(Node):
         Raises:
             LabError: a key is unknown or the write failed.
         """
-        with entered(self.netns):  # /proc/sys/net is the caller's namespace's
-            for a in assignments:
-                key, value = a.split("=", 1)
-                try:
-                    with open("/proc/sys/" + key.replace(".", "/"), "w") as f:
-                        f.write(value)
-                except OSError as e:
-                    raise LabError(f"{self.name}: sysctl {a} failed: {e}") from e
+        try:
+            self.on.sysctl(self.netns, assignments)
+        except LabError as e:
+            raise LabError(f"{self.name}: {e}") from e
+
+    def enter_argv(self, env: dict) -> list[str]:
+        """What a process of this node runs under on a remote server, before its command
+        (``env``: the variables it needs that the server's own environment lacks)."""
+        return ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
+
+    def _popen(self, cmd, env_extra: dict | None = None, **params):
+        """Start ``cmd`` in this node: here through Mininet (``mnexec``); on a remote server
+        through its shell: the node's shell on a terminal (``ssh -tt``), any other command
+        as a ``RemoteProcess`` (``cwd`` becomes ``env -C``)."""
+        if not self.remote:
+            return super()._popen(cmd, **params)
+        params.pop("preexec_fn", None)
+        params.pop("env", None)
+        prefix = ["ip", "netns", "exec", self.netns, *self.enter_argv(env_extra or {})]
+        if cmd[0] == "mnexec":  # Node.startShell: mnexec and its options, then the shell
+            return subprocess.Popen(self.on.argv([*prefix, *cmd[2:]], tty=True),
+                                    start_new_session=True, **params)
+        cwd = params.pop("cwd", None)
+        if cwd:
+            prefix += ["env", "-C", cwd]
+        pidfile = os.path.join(self.lab.servers.remote_dir(self.on), "pids",
+                               f"{self.name}-{next(_SEQ)}")
+        return RemoteProcess(self.on, pidfile, [*prefix, *cmd], **params)
+
+    def popen(self, *args, **kwargs):
+        """Mininet's ``popen``; on a remote server without ``mnexec -da`` (``_popen`` enters
+        the namespace there). A string command is split as a shell would (``shlex``)."""
+        if self.remote:
+            if len(args) == 1 and isinstance(args[0], str) and not kwargs.get("shell"):
+                args = (shlex.split(args[0]),)
+            kwargs["mncmd"] = []
+        return super().popen(*args, **kwargs)
 
     def terminate(self) -> None:
         with self._ipr_lock:
             for ipr in self._iprs.values():
                 ipr.close()
             self._iprs.clear()
-        remove_netns(self.netns)
+        if not self.remote:  # a remote server's namespaces go with lab.servers' teardown
+            remove_netns(self.netns)
         super().terminate()
 
 
@@ -99,19 +166,31 @@ class VM(LabNode, Host):
     owns_nic = True
 
     def __init__(self, name: str, lab: Lab, **params):
-        self.clock_path = lab.clocks.path(name)
+        self.clock_path = lab.vm_clock_path(name)
         super().__init__(name, lab=lab, **params)
 
     @property
     def phys(self) -> str:
         return self.lab.phys[self.name]
 
+    def enter_argv(self, env: dict) -> list[str]:
+        """On a remote server: the VM clock's variables, then ``setpriv`` dropping
+        ``DROPPED_CAPS`` from the bounding set (root's permitted and effective sets follow
+        at exec; capabilities(7))."""
+        drop = ",".join("-" + c.removeprefix("CAP_").lower() for c in vmclock.DROPPED_CAPS)
+        return [*super().enter_argv(env), "setpriv", "--bounding-set", drop]
+
     def _popen(self, cmd, **params):
         """Every process of the VM (its shell, ``popen``) joins the VM's cgroups and drops the
         machine's capabilities before exec, and runs with ``vmclock`` preloaded on the VM's
-        ``NSLAB_CLOCK``."""
+        ``NSLAB_CLOCK``. On a remote server the variables that differ from this process's
+        environment go on the command line (ssh passes none), and the VM has no cgroup
+        there (``Lab`` refuses CPU budgets on remote servers)."""
         env = vmclock.preload_env(dict(params.pop("env", None) or os.environ))
         env[ENV_VAR] = self.clock_path
+        if self.remote:
+            extra = {k: v for k, v in env.items() if os.environ.get(k) != v}
+            return super()._popen(cmd, env_extra=extra, **params)
         join = self.lab.cgroups.join_paths(self.phys, self.name)
 
         def enter_vm():
@@ -139,25 +218,31 @@ class Router(LabNode):
         self.slots = max((len(h) for _, h in lab.healthy_routes.get(name, [])), default=0)
         """Path slots of the fabric mode: the most next hops of any healthy route."""
         self._slot_rules = False
+        self._routes: set[str] = set()
+        """Prefixes of the static routes installed."""
 
     def start(self, controllers) -> None:
         self.install_routes(self.lab.routes.get(self.name, []))
 
     def install_routes(self, routes: list[tuple[str, list[str]]]) -> None:
-        """Make the static routes of this router exactly ``routes`` (prefix, next hops): the
-        lab plays the fabric's routing protocol, converged at once. Other fabric modes than
-        ``ecmp`` also get their path-slot tables (and marking rules) for these routes."""
+        """Make the static routes of this router exactly ``routes`` (prefix, next hops), in
+        one ``ip -batch`` on its server: the lab plays the fabric's routing protocol,
+        converged at once. Other fabric modes than ``ecmp`` also get their path-slot tables
+        (and marking rules) for these routes.
+
+        Raises:
+            LabError: ``ip`` refused a route.
+        """
+        lines = []
         for prefix, hops in routes:
-            if len(hops) == 1:
-                self.ipr.route("replace", dst=prefix, gateway=hops[0])
-            else:
-                self.ipr.route("replace", dst=prefix,
-                               multipath=[{"gateway": h} for h in hops])
+            via = " ".join(f"nexthop via {h}" for h in hops) if len(hops) > 1 else \
+                f"via {hops[0]}"
+            lines.append(f"route replace {prefix} proto static {via}")
         keep = {p for p, _ in routes}
-        for r in self.ipr.get_routes(family=socket.AF_INET, proto=4):  # RTPROT_STATIC
-            dst = f"{r.get_attr('RTA_DST')}/{r['dst_len']}"
-            if dst not in keep:
-                self.ipr.route("del", dst=dst)
+        # a prefix no longer routed; the kernel may have removed it with its interface
+        lines += [f"route flush {p} proto static" for p in sorted(self._routes - keep)]
+        self._routes = keep
+        self.run_batch("ip", lines)
         self.apply_fabric()
 
     def apply_fabric(self) -> None:
@@ -167,12 +252,11 @@ class Router(LabNode):
         if self.slots < 2 or (self.lab.fabric == "ecmp" and not self._slot_rules):
             return
         if not self._slot_rules:
-            tc.run_batch(self.netns, "ip", fabric.rule_commands(self.slots))
+            self.run_batch("ip", fabric.rule_commands(self.slots))
             self._slot_rules = True
         slot_routes = self.lab.path_slots(self.name)
-        tc.run_batch(self.netns, "ip", fabric.table_commands(slot_routes, self.slots))
-        tc.run_batch(self.netns, "nft", fabric.mark_commands(self.lab.fabric, slot_routes,
-                                                            self.slots))
+        self.run_batch("ip", fabric.table_commands(slot_routes, self.slots))
+        self.run_batch("nft", fabric.mark_commands(self.lab.fabric, slot_routes, self.slots))
 
     def stop(self, deleteIntfs: bool = False) -> None:
         """Nothing to stop: the namespace and its links go with ``terminate``."""

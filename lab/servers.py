@@ -8,6 +8,12 @@ the remote shell. The first server is the one nslab runs on: its commands run he
 SSH. Unlike Mininet's ``RemoteMixin`` there is no shell per node on the server parsed through a
 prompt and no ``sudo -E -u`` hop: nslab runs as root and starts one process per batch.
 
+A remote server's commands (``run``) go to one long-lived ``python3`` there, started over the
+control connection, that runs each command it is sent (JSON lines: argument vector, input,
+timeout; answer: exit status, stdout, stderr): one SSH session per server instead of one per
+command, whose start (sshd's session, the login shell's rc files) costs 0.1-0.5 s each.
+Long-running processes (``popen``, a node's shell) get their own session.
+
 Every namespace made on a server is recorded (``state_dir/servers.json``: the servers, the SSH
 options and the namespaces per server), so teardown removes exactly those and ``nslab clean``
 finds a crashed lab's servers; on each server the lab's namespaces are found by prefix
@@ -16,19 +22,40 @@ namespaces deleted (their tunnels go with them).
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
+import select
 import shlex
+import signal
 import subprocess
+import threading
+import time
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from lab import tc
 from lab.errors import LabError
 from lab.names import netns_name, state_dir
+from lab.netlink import entered
 from topo.split import Server
 
 CONTROL_PERSIST_S = 30
+# a remote server's command runner: one JSON request per line in, one answer per line out
+_SERVE = """import base64, json, subprocess, sys
+for line in sys.stdin:
+    req = json.loads(line)
+    try:
+        r = subprocess.run(req["args"], input=base64.b64decode(req["input"]),
+                           capture_output=True, timeout=req["timeout"])
+        out = [r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")]
+    except subprocess.TimeoutExpired:
+        out = [None, "", "timed out"]
+    except OSError as e:
+        out = [127, "", str(e)]
+    print(json.dumps(out), flush=True)
+"""
 # kill every process in each namespace named in "$@" (by PID), then delete the namespace
 _REMOVE = ('for n in "$@"; do for p in $(ip netns pids "$n"); do kill -9 "$p"; done; '
            'ip netns del "$n"; done')
@@ -50,33 +77,71 @@ class ServerShell:
         self.ssh = ["ssh", "-q", "-o", "BatchMode=yes", "-o", "ControlMaster=auto",
                     "-o", f"ControlPersist={CONTROL_PERSIST_S}", "-o",
                     f"ControlPath={self.control}", *ssh_options]
+        self._runner: subprocess.Popen | None = None
+        self._lock = threading.Lock()
 
     @property
     def local(self) -> bool:
         """True for the server nslab runs on."""
         return not self.server.ssh
 
-    def argv(self, args: Sequence[str]) -> list[str]:
-        """``args`` as run on this server (wrapped in ``ssh`` for a remote one)."""
-        return list(args) if self.local else [*self.ssh, self.server.ssh, "--",
-                                               shlex.join(args)]
+    def argv(self, args: Sequence[str], tty: bool = False) -> list[str]:
+        """``args`` as run on this server (wrapped in ``ssh`` for a remote one; ``tty``: on a
+        terminal there, ``ssh -tt``, as Mininet Cluster Edition runs a node's shell)."""
+        if self.local:
+            return list(args)
+        return [*self.ssh, *(["-tt"] if tty else []), self.server.ssh, "--", shlex.join(args)]
 
-    def run(self, args: Sequence[str], input: str | None = None, timeout: float = 30.0) -> str:
-        """Run ``args`` on the server; its stdout.
+    def run(self, args: Sequence[str], input: str | bytes | None = None,
+            timeout: float = 30.0) -> str:
+        """Run ``args`` on the server (here directly, on a remote server through its command
+        runner); its stdout.
 
         Raises:
             LabError: it failed or timed out (server, command and stderr in the message).
         """
-        try:
-            r = subprocess.run(self.argv(args), input=input, capture_output=True, text=True,
-                               timeout=timeout)
-        except subprocess.TimeoutExpired as e:
+        data = input.encode() if isinstance(input, str) else input or b""
+        if self.local:
+            try:
+                r = subprocess.run(list(args), input=data, capture_output=True, timeout=timeout)
+                rc, out, err = r.returncode, r.stdout.decode(errors="replace"), \
+                    r.stderr.decode(errors="replace")
+            except subprocess.TimeoutExpired:
+                rc, out, err = None, "", ""
+        else:
+            rc, out, err = self._remote(args, data, timeout)
+        if rc is None:
             raise LabError(f"server {self.server.name}: {shlex.join(args)} timed out after "
-                           f"{timeout:g} s; is it reachable (ssh {self.server.ssh})?") from e
-        if r.returncode != 0:
+                           f"{timeout:g} s; is it reachable (ssh {self.server.ssh})?")
+        if rc != 0:
             raise LabError(f"server {self.server.name}: {shlex.join(args)} failed "
-                           f"(exit {r.returncode}): {r.stderr.strip()}")
-        return r.stdout
+                           f"(exit {rc}): {err.strip()}")
+        return out
+
+    def _remote(self, args: Sequence[str], data: bytes, timeout: float
+                ) -> tuple[int | None, str, str]:
+        """One command through the server's runner (started at first use)."""
+        req = json.dumps({"args": list(args), "input": base64.b64encode(data).decode(),
+                          "timeout": timeout}) + "\n"
+        with self._lock:
+            if self._runner is None or self._runner.poll() is not None:
+                self._runner = subprocess.Popen(self.argv(["python3", "-c", _SERVE]),
+                                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                stderr=subprocess.PIPE)
+            runner = self._runner
+            try:
+                runner.stdin.write(req.encode())
+                runner.stdin.flush()
+                ready = select.select([runner.stdout], [], [], timeout + 15)[0]
+                line = runner.stdout.readline() if ready else b""
+            except OSError:
+                line = b""
+            if not line:  # no answer: ssh failed, or the server hangs
+                runner.kill()
+                _, err = runner.communicate()
+                self._runner = None
+                return (None if not ready else 255), "", err.decode(errors="replace")
+        return tuple(json.loads(line))
 
     def popen(self, args: Sequence[str]) -> subprocess.Popen:
         """A long-running ``args`` on the server, stdin and stdout piped (text, line
@@ -84,15 +149,91 @@ class ServerShell:
         return subprocess.Popen(self.argv(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 text=True, bufsize=1)
 
+    def batch(self, netns: str, tool: str, lines: Sequence[str]) -> None:
+        """Run ``ip``, ``tc`` or ``nft`` lines (``lab.tc.batch_argv``) in namespace ``netns``
+        on this server, in one process (none: nothing run).
+
+        Raises:
+            LabError: the tool failed (its message included).
+        """
+        if lines:
+            self.run(tc.batch_argv(netns, tool), input="\n".join(lines) + "\n")
+
+    def sysctl(self, netns: str, assignments: Sequence[str]) -> None:
+        """Set sysctls (``key=value``) in namespace ``netns``: here by writing ``/proc/sys``
+        from inside it, on a remote server with ``sysctl -w`` there.
+
+        Raises:
+            LabError: a key is unknown or the write failed.
+        """
+        if not self.local:
+            self.run(["ip", "netns", "exec", netns, "sysctl", "-qw", *assignments])
+            return
+        with entered(netns):  # /proc/sys/net is the caller's namespace's
+            for a in assignments:
+                key, value = a.split("=", 1)
+                try:
+                    with open("/proc/sys/" + key.replace(".", "/"), "w") as f:
+                        f.write(value)
+                except OSError as e:
+                    raise LabError(f"{netns}: sysctl {a} failed: {e}") from e
+
     def remove_netns(self, names: Sequence[str]) -> None:
         """Kill the processes in namespaces ``names`` by PID and delete them (gone: fine)."""
         if names:
             self.run(["sh", "-c", _REMOVE, "sh", *names])
 
     def close(self) -> None:
-        """End the control connection (none open: nothing to do)."""
+        """End the command runner and the control connection (none open: nothing to
+        do)."""
+        with self._lock:
+            if self._runner is not None:
+                self._runner.stdin.close()
+                self._runner.wait(timeout=10)
+                self._runner = None
         if not self.local and os.path.exists(self.control):
             subprocess.run([*self.ssh, "-O", "exit", self.server.ssh], capture_output=True)
+
+
+class RemoteProcess(subprocess.Popen):
+    """A process started on a remote server through ``ssh`` (``ServerShell.argv``): it writes
+    its PID to ``pidfile`` there, then execs, so ``send_signal`` (and ``terminate``,
+    ``kill``) reach the process itself over the control connection, not only the local
+    ``ssh``; ``wait`` and ``returncode`` are the remote process's (ssh passes its status).
+
+    Args:
+        shell: the server's ``ServerShell``.
+        pidfile: where the process writes its PID on that server.
+        args: the command there; ``kwargs``: ``subprocess.Popen``'s.
+    """
+
+    def __init__(self, shell: ServerShell, pidfile: str, args: Sequence[str], **kwargs):
+        self.shell, self.pidfile = shell, pidfile
+        wrapped = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', pidfile, *args]
+        super().__init__(shell.argv(wrapped), **kwargs)
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the remote process (gone, or never started: nothing to do)."""
+        deadline = time.monotonic() + 5.0
+        while self.poll() is None:
+            try:
+                pid = int(self.shell.run(["cat", self.pidfile], timeout=10))
+            except (LabError, ValueError):  # not written yet, or the process is gone
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.05)
+                continue
+            try:
+                self.shell.run(["kill", f"-{int(sig)}", str(pid)], timeout=10)
+            except LabError:
+                pass  # it exited meanwhile
+            return
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 class Servers:
@@ -126,6 +267,23 @@ class Servers:
         self._record()
         for shell in self.shells.values():
             shell.run(["true"], timeout=15)
+            if not shell.local:
+                shell.run(["mkdir", "-p", os.path.join(self.remote_dir(shell), "pids")])
+
+    def remote_dir(self, shell: ServerShell) -> str:
+        """The lab's directory on a remote server (VM clock files, PID files): under the
+        lab's state directory, one per server, so that servers sharing a file system (the
+        emulated ones) do not overwrite each other's files."""
+        return os.path.join(self.dir, f"server-{shell.server.name}")
+
+    def put(self, server: str, path: str, data: bytes) -> None:
+        """Write ``data`` to file ``path`` on ``server`` (its directory made).
+
+        Raises:
+            LabError: the server refused.
+        """
+        self.shells[server].run(["sh", "-c", 'mkdir -p "$(dirname "$0")" && cat > "$0"', path],
+                                input=data)
 
     def add_netns(self, server: str, node: str) -> str:
         """Make node ``node``'s namespace on ``server`` (recorded first); its name.
@@ -139,9 +297,14 @@ class Servers:
         self.shells[server].run(["ip", "netns", "add", name])
         return name
 
-    def teardown(self) -> None:
-        """Remove the namespaces made on every server (processes first), close the control
-        connections, then the record (and the state directory if nothing else is in it).
+    def teardown(self) -> list[str]:
+        """Remove the namespaces made on every server (processes first) and the lab's
+        directory on the remote ones, close the control connections, then the record (and
+        the state directory if nothing else is in it).
+
+        Returns:
+            What survived on the remote servers (``leftovers``, checked before the control
+            connections close); normally [].
 
         Raises:
             LabError: a server could not be cleaned (the record stays for ``nslab clean``).
@@ -150,10 +313,31 @@ class Servers:
             shell.remove_netns(self.netns[name])
             self.netns[name] = []
             self._record()
+            if not shell.local:
+                shell.run(["rm", "-rf", self.remote_dir(shell)])
+        left = self.leftovers()
         self.close()
-        os.remove(os.path.join(self.dir, "servers.json"))
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(self.dir, "servers.json"))
         with contextlib.suppress(OSError):
             os.rmdir(self.dir)
+        return left
+
+    def leftovers(self) -> list[str]:
+        """The lab's namespaces still on each remote server (``netns NAME on SERVER``); a
+        server that does not answer is named as such."""
+        prefix, out = netns_name(self.lab, ""), []
+        for shell in self.shells.values():
+            if shell.local:
+                continue
+            try:
+                listed = shell.run(["ip", "netns", "list"]).splitlines()
+            except LabError as e:
+                out.append(str(e))
+                continue
+            out += [f"netns {line.split()[0]} on {shell.server.name}" for line in listed
+                    if line.startswith(prefix)]
+        return out
 
     def close(self) -> None:
         """Close every control connection."""

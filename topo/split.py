@@ -163,3 +163,19 @@ def _cut_links(topo: Topo, server_of: Mapping[str, str]) -> tuple[list[CutLink],
             opts = {k: v for k, v in info.items() if k not in ("node1", "node2")}
             cut.append(CutLink(len(cut), a, b, sa, sb, opts))
     return cut, problems
+
+
+def without_cut(topo: Topo, placed: Split) -> Topo:
+    """A copy of ``topo`` without the links ``placed`` cuts (nodes, ports and options kept):
+    what Mininet builds as veth links, the cut ones being tunnels (``lab.tunnel``)."""
+    out = Topo()
+    for n in topo.nodes(sort=False):
+        out.addNode(n, **topo.nodeInfo(n))
+    cut = {frozenset((c.node_a, c.node_b)) for c in placed.cut}
+    for a, b, key, info in topo.links(sort=False, withKeys=True, withInfo=True):
+        if frozenset((a, b)) not in cut:
+            opts = {k: v for k, v in info.items() if k not in ("node1", "node2", "port1",
+                                                                "port2")}
+            out.addLink(info["node1"], info["node2"], info["port1"], info["port2"], key=key,
+                        **opts)
+    return out
