@@ -41,6 +41,9 @@ def main(args) -> int:
     if args.vm not in vms:
         raise LabError(f"lab {args.lab} has no VM {args.vm!r}; VMs: {', '.join(sorted(vms))}")
     vm = vms[args.vm]
+    if vm.get("remote"):
+        raise LabError(f"{args.vm} runs on server {vm['server']}: nslab exec reaches VMs on "
+                       "this machine only")
     for procs in vm["cgroup_procs"]:
         with open(procs, "w") as f:
             f.write(str(os.getpid()))

@@ -1,15 +1,17 @@
-"""``nslab run [SCENARIO] [--json PATH] [--html OUT] [--pcap DIR]``: run a scenario end to end
-and print its report."""
+"""``nslab run [SCENARIO] [--json PATH] [--html OUT] [--pcap DIR] [--servers LIST]``: run a
+scenario end to end and print its report."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
 from contracts import results
 from lab.capabilities import require_root
 from report import text
-from session.scenario import DEFAULT, builtin_names, load, resolve
+from session.scenario import DEFAULT, ServerSpec, builtin_names, load, resolve
 from session.session import Session
+from topo.split import SplitError, split
 
 
 def add_parser(sub) -> None:
@@ -33,11 +35,36 @@ def add_parser(sub) -> None:
                    "(e.g. vm1,leaf1-spine1; default: every VM)")
     p.add_argument("--pcap-filter", metavar="EXPR", help="with --pcap: a tcpdump capture filter, "
                    "e.g. 'udp port 7701' (the agents' probes)")
+    p.add_argument("--servers", metavar="LIST", type=servers_arg,
+                   help="split the lab across servers (docs/multi-server.md), replacing the "
+                   "scenario's servers: comma-separated, first this machine's address on the "
+                   "servers' network, then each other server as [USER@]ADDRESS, its SSH "
+                   "target (user root by default), e.g. 10.0.0.1,10.0.0.2; servers are named "
+                   "by address in server_placement")
+    p.add_argument("--ssh-option", metavar="ARG", action="append", default=[],
+                   help="with --servers or the scenario's servers: an extra ssh argument for "
+                   "every remote server, repeatable (e.g. --ssh-option=-i --ssh-option=KEY)")
     p.add_argument("--check", action="store_true",
                    help="only validate the scenario (no root needed): every problem, one line "
                         "each with its file, line and field; build nothing")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=main)
+
+
+def servers_arg(text: str) -> list[ServerSpec]:
+    """``--servers``: the first item is this machine's address, the others [USER@]ADDRESS
+    SSH targets (root by default).
+
+    Raises:
+        argparse.ArgumentTypeError: fewer than two servers.
+    """
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if len(items) < 2:
+        raise argparse.ArgumentTypeError("give this machine's address and at least one other "
+                                         "server, comma-separated")
+    return [ServerSpec(address=items[0])] + [
+        ServerSpec(address=t.rpartition("@")[2], ssh=t if "@" in t else f"root@{t}")
+        for t in items[1:]]
 
 
 def progress_printer(quiet: bool):
@@ -52,6 +79,13 @@ def main(args) -> int:
             print("nslab run: --repeat must be >= 1", file=sys.stderr)
             return 2
         sc = sc.model_copy(update={"repeat": args.repeat})
+    if args.servers:
+        sc = sc.model_copy(update={"servers": args.servers})
+        try:
+            split(topo, [s.server() for s in sc.servers], sc.server_placement)
+        except SplitError as e:
+            print(f"nslab run: --servers: {e}", file=sys.stderr)
+            return 2
     if args.check:
         print(f"{resolve(args.scenario)}: valid ({len(topo.hosts())} VMs, "
               f"{len(topo.links())} links, {len(sc.faults)} faults)")
@@ -64,7 +98,7 @@ def main(args) -> int:
     capture = {"directory": args.pcap, "targets": args.capture,
                "bpf": args.pcap_filter} if args.pcap else None
     session = Session(sc, topo, str(resolve(args.scenario)), args.name, capture=capture,
-                      progress=progress)
+                      progress=progress, ssh_options=args.ssh_option)
     session.subscribe(lambda ev: progress(f"{ev.t_s:6.2f} s  {ev.describe()}"))
     doc = session.run()
     if args.json == "-":

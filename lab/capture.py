@@ -39,10 +39,15 @@ def interfaces(lab: Lab, target: str) -> list[tuple[str, str, str]]:
     """``(netns, interface, pcap file name)`` of every interface ``target`` names.
 
     Raises:
-        LabError: no VM and no link of that name (the message lists the VMs).
+        LabError: no VM and no link of that name (the message lists the VMs); a VM or link
+            end on a remote server (captures there are not built yet).
     """
     net = lab.net
     node = net.nameToNode.get(target)
+    for n in {node, *(net.nameToNode.get(p) for p in target.partition("-")[::2])} - {None}:
+        if n.remote:
+            raise LabError(f"capture target {target!r}: {n.name} runs on server "
+                           f"{n.on.server.name}; captures on remote servers are not built yet")
     if node is not None and node in net.hosts:
         intfs = [i for i in node.intfList() if i.name != "lo"]
         return [(node.netns, i.name, f"{target}.pcap" if len(intfs) == 1

@@ -213,7 +213,8 @@ class HostLayer:
                    "bw_mbit": nic.up.shaping.bw, "queue_packets": nic.up.shaping.max_queue_size,
                    "link_up": frozenset((host, nic.leaf)) not in self.lab.down_links}
             for label, intf in (("to_leaf", nic.up), ("from_leaf", nic.down)):
-                st = tc.qdisc_stats(intf.node.ipr, intf.index)
+                st = intf.node.qdisc_stats().get(intf.index,
+                                                 dict.fromkeys(tc.QDISC_COUNTERS, 0))
                 doc[label] = {k: st[k] for k in ("sent_bytes", "drops", "backlog_packets")}
             out.append(doc)
         return out

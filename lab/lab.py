@@ -28,6 +28,7 @@ from mininet.net import Mininet
 from mininet.topo import Topo
 
 from contracts.events import Event, Fault, Source
+from contracts.results.truth import ServerClock
 from lab import tc
 from lab.capabilities import probe, require_root
 from lab.cgroups import Cgroups
@@ -40,6 +41,7 @@ from lab.links import LINK_KEYS, ShapedLink
 from lab.names import check_lab_name, lab_prefix, state_dir
 from lab.netlink import remove_netns
 from lab.nodes import VM, Router, fabric_node
+from lab.server_clock import measure_all, sync_bound_us
 from lab.servers import Servers, ServerShell
 from lab.tunnel import VxlanLink
 from lab.vmclock import library
@@ -136,6 +138,9 @@ class Lab:
         self._here = ServerShell(Server("local", "127.0.0.1"), state_dir(self.name))
         self.tunnels: dict[frozenset[str], VxlanLink] = {}
         """The cut links' tunnels, by their two routers."""
+        self.server_clocks: list[ServerClock] = []
+        """Each server's clock against the first's, measured at bring-up (none: one
+        server)."""
         self.fabric = check_mode(fabric)
         self.clock_config = clocks or ClockConfig()
         self.cpu_cores, self.host_cpu = cpu_cores, host_cpu or {}
@@ -179,6 +184,12 @@ class Lab:
             return self.clocks.path(vm)
         return os.path.join(self.servers.remote_dir(shell), "clock", f"{vm}.clock")
 
+    @property
+    def server_sync_us(self) -> float:
+        """us: how far two servers' truths may disagree (``lab.server_clock.sync_bound_us``;
+        0 on one server)."""
+        return sync_bound_us(self.server_clocks)
+
     def _remote_vms(self) -> list[str]:
         return [vm for vm in self.topo.hosts() if not self.shell_of(vm).local]
 
@@ -198,13 +209,15 @@ class Lab:
                     "built yet; give its host none, or place its leaf on the first server")
 
     def _start_servers(self) -> None:
-        """Reach every server, check nslab's VM clock preload is there at the same path, and
+        """Reach every server, measure its clock against this one's
+        (``lab.server_clock``), check nslab's VM clock preload is there at the same path, and
         publish the remote VMs' clock files on their servers.
 
         Raises:
             LabError: a server does not answer or lacks the preload.
         """
         self.servers.check()
+        self.server_clocks = measure_all(self.servers)
         lib = library()
         for shell in self.servers.shells.values():
             if not shell.local:
@@ -373,9 +386,10 @@ class Lab:
         return path_slots(self.healthy_routes.get(router, []), self.routes.get(router, []))
 
     def publish_state(self) -> None:
-        """Write ``vms.json`` in the state directory: how ``nslab exec`` enters each VM."""
+        """Write ``vms.json`` in the state directory: how ``nslab exec`` enters each VM (and
+        which server runs it)."""
         doc = {vm.name: {"netns": vm.netns, "clock": vm.clock_path, "phys": vm.phys,
-                         "server": vm.on.server.name,
+                         "server": vm.on.server.name, "remote": vm.remote,
                          "cgroup_procs": ([] if vm.remote else
                                           self.cgroups.join_paths(vm.phys, vm.name))}
                for vm in self.vms}

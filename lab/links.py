@@ -70,12 +70,12 @@ class ShapedIntf(Intf):
     @property
     def index(self) -> int:
         """Interface index in its namespace."""
-        return self.node.ipr.link_lookup(ifname=self.name)[0]
+        return self.node.ifindex(self.name)
 
     @property
     def shaper_index(self) -> int:
         """Index of the interface carrying this direction's emulation, in ``shaper_node``."""
-        return self.shaper_node.ipr.link_lookup(ifname=self.shaper_name)[0]
+        return self.shaper_node.ifindex(self.shaper_name)
 
     def emulate_ingress(self, guest: ShapedIntf) -> None:
         """Emulate ``guest``'s outgoing direction (a VM's vNIC) on this end's ingress: an IFB

@@ -15,6 +15,7 @@ remote node (``ipr`` refuses), so nothing silently reads this machine's kernel i
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shlex
 import subprocess
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 from mininet.node import Host, Node
 
 from agents.clock import ENV_VAR
-from lab import fabric, vmclock
+from lab import fabric, tc, vmclock
 from lab.errors import LabError
 from lab.names import netns_name
 from lab.netlink import attach_netns, ns_iproute, remove_netns
@@ -82,6 +83,31 @@ class LabNode(Node):
             with self._ipr_lock:
                 self._iprs[tid] = ipr
         return ipr
+
+    def ifindex(self, ifname: str) -> int:
+        """Index of interface ``ifname`` in this node's namespace.
+
+        Raises:
+            IndexError: no such interface; LabError: its server refused.
+        """
+        if not self.remote:
+            return self.ipr.link_lookup(ifname=ifname)[0]
+        return json.loads(self.on.run(["ip", "-n", self.netns, "-j", "link", "show", "dev",
+                                       ifname]))[0]["ifindex"]
+
+    def qdisc_stats(self) -> dict[int, dict[str, int]]:
+        """``lab.tc.root_qdisc_stats`` of this node's namespace: one netlink dump here, one
+        ``ip -j``/``tc -j`` pair on a remote server (``lab.tc.parse_root_qdiscs``).
+
+        Raises:
+            LabError: its server refused.
+        """
+        if not self.remote:
+            return tc.root_qdisc_stats(self.ipr)
+        out = self.on.run(["sh", "-c", 'ip -n "$0" -j link show && echo && '
+                           'tc -n "$0" -s -j qdisc show', self.netns])
+        links, qdiscs = (json.loads(x) for x in out.splitlines() if x.strip())
+        return tc.parse_root_qdiscs(links, qdiscs)
 
     def run_batch(self, tool: str, lines: list[str]) -> None:
         """Run ``ip``, ``tc`` or ``nft`` lines in this node's namespace, on its server.

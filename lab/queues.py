@@ -5,15 +5,14 @@ one limited by the CPU (``lab.saturation``).
 
 One netlink dump per namespace carrying emulation (``tc.root_qdisc_stats``), through the
 node's socket of the calling thread: 24 directions in 4 namespaces cost about 5 ms of CPU per
-read on this machine.
+read on this machine. A node on a remote server is read with ``ip -j``/``tc -j`` there
+(``LabNode.qdisc_stats``), and a cut link's two directions on its tunnel's ends.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-from lab import tc
 
 if TYPE_CHECKING:  # pragma: no cover
     from lab.lab import Lab
@@ -47,34 +46,44 @@ class QueueReader:
 
     def __init__(self, lab: Lab):
         self.lab = lab
-        self._dirs: list[tuple[object, object, int]] | None = None
+        self._dirs: list[tuple[str, object, int, object]] | None = None
         self._moves = 0
 
-    def _directions(self) -> list[tuple[object, object, int]]:
-        """(interface, its peer, shaper's index) of every shaped direction, resolved once and
-        again after a vNIC moved to another host (``lab.hostnic``)."""
+    def _directions(self) -> list[tuple[str, object, int, object]]:
+        """(label ``a->b``, the node whose interface shapes it, that interface's index, the
+        object whose ``shaping`` is the direction's emulation now: an interface or a cut
+        link's tunnel) of every shaped direction, resolved once and again after a vNIC moved
+        to another host (``lab.hostnic``)."""
         if self._dirs is None or self.lab.host_layer.moves != self._moves:
             dirs = []
             for a, b in self.lab.topo.links():
+                tunnel = self.lab.tunnels.get(frozenset((a, b)))
+                if tunnel is not None:
+                    if tunnel.shaping.bw is not None:
+                        (na, _, ia, _), (nb, _, ib, _) = tunnel.ends
+                        for node, other, ifname in ((na, nb, ia), (nb, na, ib)):
+                            shaper = self.lab.net[node]
+                            dirs.append((f"{node}->{other}", shaper, shaper.ifindex(ifname),
+                                         tunnel))
+                    continue
                 ends = self.lab.faults.ends(a, b)
                 for intf, peer in (ends, ends[::-1]):
                     if intf.shaping.bw is not None:
-                        dirs.append((intf, peer, intf.shaper_index))
+                        dirs.append((f"{intf.node.name}->{peer.node.name}", intf.shaper_node,
+                                     intf.shaper_index, intf))
             self._dirs, self._moves = dirs, self.lab.host_layer.moves
         return self._dirs
 
     def __call__(self) -> dict[str, QueueReading]:
         dirs = self._directions()
-        stats = {}
-        for node in {id(i.shaper_node): i.shaper_node for i, _, _ in dirs}.values():
-            stats[id(node)] = tc.root_qdisc_stats(node.ipr)
+        stats = {id(node): node.qdisc_stats() for node in {id(n): n for _, n, _, _ in dirs}
+                 .values()}
         now = time.monotonic()
         out = {}
-        for intf, peer, index in dirs:
-            label = f"{intf.node.name}->{peer.node.name}"
-            st = stats[id(intf.shaper_node)].get(index)
-            if st is not None and intf.shaping.bw is not None:
-                out[label] = QueueReading(t_s=now, bw_mbit=intf.shaping.bw,
+        for label, node, index, shaped in dirs:
+            st = stats[id(node)].get(index)
+            if st is not None and shaped.shaping.bw is not None:
+                out[label] = QueueReading(t_s=now, bw_mbit=shaped.shaping.bw,
                                           sent_bytes=st["sent_bytes"],
                                           backlog_packets=st["backlog_packets"],
                                           drops=st["drops"])

@@ -276,6 +276,16 @@ def root_qdisc_stats(ipr: IPRoute, index: int | None = None) -> dict[int, dict[s
     return out
 
 
+def parse_root_qdiscs(links: list[dict], qdiscs: list[dict]) -> dict[int, dict[str, int]]:
+    """``root_qdisc_stats`` from the JSON of ``ip -j link show`` (``links``) and
+    ``tc -s -j qdisc show`` (``qdiscs``) of one namespace: how a namespace on a remote
+    server is read (ip(8), tc(8) ``-json``)."""
+    index = {link["ifname"]: link["ifindex"] for link in links}
+    return {index[q["dev"]]: dict(zip(QDISC_COUNTERS, (q["bytes"], q["packets"], q["drops"],
+                                                       q["overlimits"], q["qlen"]), strict=True))
+            for q in qdiscs if q.get("root") and q.get("dev") in index}
+
+
 def qdisc_stats(ipr: IPRoute, index: int) -> dict[str, int]:
     """``root_qdisc_stats`` of one interface; all zero when it has no qdisc of its own."""
     return root_qdisc_stats(ipr, index).get(index, dict.fromkeys(QDISC_COUNTERS, 0))

@@ -25,10 +25,12 @@ def lab_section(lab, caps: dict, fidelity: dict) -> LabSection:
 
 
 def truth_section(lab, placements_at_start: dict) -> TruthSection:
-    """``truth``: placements (at start and at the end), host NICs, clocks, fault timeline."""
+    """``truth``: placements (at start and at the end), host NICs, clocks, fault timeline,
+    and for a lab split across servers the servers' clocks and their bound."""
     return TruthSection(placements=placements_at_start, placements_end=dict(lab.phys),
                         host_nics=lab.host_layer.read(), clocks=lab.clocks.truth(),
-                        faults=list(lab.timeline))
+                        faults=list(lab.timeline), servers=lab.server_clocks,
+                        server_sync_us=round(lab.server_sync_us, 3))
 
 
 def build(scenario, source: str, lab, caps: dict, fidelity: dict, placements: dict,

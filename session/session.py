@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -30,7 +30,7 @@ from mininet.topo import Topo
 from contracts.events import Event, Fault, Source
 from lab.capabilities import probe
 from lab.capture import Capture
-from lab.errors import CapabilityError, LabError
+from lab.errors import LabError
 from lab.fidelity import FidelitySampler
 from lab.lab import Lab
 from lab.observe import LinkState, VmState, link_states, vm_states
@@ -48,27 +48,24 @@ LOAD_JOIN_S = 60.0
 
 
 def make_lab(scenario: Scenario, topo: Topo, name: str | None = None,
-             progress: Callable[[str], None] | None = None) -> Lab:
-    """The ``Lab`` a scenario describes (not started; ``nslab up`` starts it alone).
+             progress: Callable[[str], None] | None = None,
+             ssh_options: Sequence[str] = ()) -> Lab:
+    """The ``Lab`` a scenario describes (not started; ``nslab up`` starts it alone), split
+    across the scenario's ``servers`` when it lists more than one (``ssh_options``: extra
+    ``ssh`` arguments for the remote ones).
 
     Raises:
-        CapabilityError: the scenario splits the lab across servers, which the ``Lab`` does not
-            build yet (its placement is checked when the scenario loads).
+        topo.split.SplitError: the servers cannot carry the topology (also checked when the
+            scenario loads).
     """
-    if len(scenario.servers) > 1:
-        raise CapabilityError(
-            f"servers: this lab is split across {len(scenario.servers)} servers; its placement "
-            "and NIC budgets check out, but nslab's Lab does not yet start nodes, agents and "
-            "faults on remote servers (lab.servers and lab.tunnel build the servers' control "
-            "connections and the cut links; see docs/multi-server.md). Nothing was built: list "
-            "one server or none to run it here.")
     return Lab(topo, name=name or scenario.name, seed=scenario.seed, clocks=scenario.clocks,
                cpu_cores=scenario.hosts.cpu_cores, cpu_reserve=scenario.hosts.reserve,
                fabric=scenario.fabric.mode,
                host_cpu={h: o.model_dump(include=set(HostCpuSpec.model_fields),
                                          exclude_none=True)
                          for h, o in scenario.hosts.overrides.items()},
-               progress=progress)
+               progress=progress, servers=[s.server() for s in scenario.servers],
+               server_placement=scenario.server_placement, ssh_options=ssh_options)
 
 
 class Watcher(threading.Thread):
@@ -128,6 +125,7 @@ class Session:
             ``lab.capture.Capture`` (``directory``, ``targets``, ``bpf``); tcpdump starts right
             after bring-up (before the agents) and stops before teardown (``self.capture``).
         progress: called with short messages during long steps.
+        ssh_options: extra ``ssh`` arguments for the scenario's remote ``servers``.
 
     ``state``: "created", "starting", "running", "paused" (timeline held), "jobs", "done"
     (timeline and jobs over; the lab still runs), "stopped" (torn down) or "error".
@@ -135,10 +133,11 @@ class Session:
 
     def __init__(self, scenario: Scenario, topo: Topo, source: str = "",
                  name: str | None = None, run_jobs: bool = True, capture: dict | None = None,
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None,
+                 ssh_options: Sequence[str] = ()):
         self.sc, self.topo, self.source, self.run_jobs = scenario, topo, source, run_jobs
         self.progress = progress or (lambda msg: None)
-        self.lab = make_lab(scenario, topo, name, self.progress)
+        self.lab = make_lab(scenario, topo, name, self.progress, ssh_options)
         self.capture = Capture(self.lab, **capture) if capture else None
         self.state = "created"
         self.error: str | None = None

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from mininet.examples.cluster import SwitchBinPlacer
 from mininet.topo import Topo
 
+from topo.routing import HOST_ROLE
+
 TIERS = ("leaf", "spine", "superspine")
 
 
@@ -130,8 +132,10 @@ def split(topo: Topo, servers: Sequence[Server],
 
 
 def _deal(topo: Topo, servers: list[str], explicit: dict[str, str]) -> dict[str, str]:
-    """Routers by tier in even bins, then each host with its router (or ``explicit``)."""
-    switches = [n for n in topo.switches() if n not in explicit]
+    """Routers by tier in even bins, then each physical host (``topo.hosts``) with its leaf
+    and each VM with its router (or ``explicit``)."""
+    switches = [n for n in topo.switches() if n not in explicit
+                and topo.nodeInfo(n).get("role") != HOST_ROLE]
     tiers: dict[str, list[str]] = {}
     for n in switches:
         tiers.setdefault(topo.nodeInfo(n).get("role", ""), []).append(n)
@@ -139,11 +143,16 @@ def _deal(topo: Topo, servers: list[str], explicit: dict[str, str]) -> dict[str,
     for tier in sorted(tiers, key=lambda t: TIERS.index(t) if t in TIERS else len(TIERS)):
         placed.update(SwitchBinPlacer.bin(tiers[tier], servers))
     placed.update(explicit)
-    for h in topo.hosts():
-        if h not in placed:
-            routers = [n for n in topo.g[h] if topo.isSwitch(n)]
-            placed[h] = placed[routers[0]] if routers else servers[0]
+    for n in [*topo.switches(), *topo.hosts()]:  # physical hosts first: VMs may hang off them
+        if n not in placed:
+            routers = [r for r in topo.g[n] if topo.isSwitch(r) and r in placed]
+            placed[n] = placed[routers[0]] if routers else servers[0]
     return {n: placed[n] for n in topo.nodes()}
+
+
+def _router(topo: Topo, n: str) -> bool:
+    """A fabric router (a switch that is not a physical host of the host layer)."""
+    return topo.isSwitch(n) and topo.nodeInfo(n).get("role") != HOST_ROLE
 
 
 def _cut_links(topo: Topo, server_of: Mapping[str, str]) -> tuple[list[CutLink], list[str]]:
@@ -152,8 +161,8 @@ def _cut_links(topo: Topo, server_of: Mapping[str, str]) -> tuple[list[CutLink],
         sa, sb = server_of[a], server_of[b]
         if sa == sb:
             continue
-        if not (topo.isSwitch(a) and topo.isSwitch(b)):
-            host = a if not topo.isSwitch(a) else b
+        if not (_router(topo, a) and _router(topo, b)):
+            host = b if _router(topo, a) else a
             problems.append(f"link {a}-{b} would cross servers {sa} and {sb}: a VM or host "
                             f"stays on its router's server; move {host} with it")
         elif info.get("bw") is None:

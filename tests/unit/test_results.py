@@ -240,7 +240,7 @@ def _fake_lab(doc: dict):
                                   source="timeline")  # e.g. contracts.events.Event: attributes
     return types.SimpleNamespace(
         topo=topo, name="t", fabric="spray", bringup_s=0.5, teardown_s=0.1, phys=phys,
-        leftovers=[],
+        leftovers=[], server_clocks=[], server_sync_us=0.0,
         host_layer=types.SimpleNamespace(read=lambda: [NIC]),
         clocks=types.SimpleNamespace(truth=lambda: doc["truth"]["clocks"]),
         timeline=[event, doc["truth"]["faults"][0]])

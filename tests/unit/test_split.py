@@ -76,8 +76,23 @@ server_placement: {spine9: a, spine1: c}
 """
 
 
-def test_a_scenario_checks_its_servers_when_it_loads_and_is_not_built_yet(tmp_path):
-    from lab.errors import CapabilityError, ScenarioError
+def test_physical_hosts_stay_with_their_leaf_and_their_vms_with_them():
+    t = LeafSpine(spines=2, leaves=2, vms_per_leaf=2, vms_per_host=2, fabric_bw=100,
+                  hosts={"nic_bw": 100})
+    s = split(t, [A, B])
+    hosts = [n for n in t.switches() if t.nodeInfo(n).get("role") == "host"]
+    assert len(hosts) == 2
+    for h in hosts:
+        (leaf,) = [n for n in t.g[h] if t.nodeInfo(n).get("role") == "leaf"]
+        vms = [n for n in t.g[h] if not t.isSwitch(n)]
+        assert {s.server_of[n] for n in (h, *vms)} == {s.server_of[leaf]}
+    assert {(c.node_a, c.node_b) for c in s.cut} == {("leaf1", "spine2"), ("leaf2", "spine1")}
+    with pytest.raises(SplitError, match=f"link {hosts[0]}-leaf1 would cross"):
+        split(t, [A, B], {hosts[0]: "b"})
+
+
+def test_a_scenario_checks_its_servers_when_it_loads(tmp_path):
+    from lab.errors import ScenarioError
     from session.scenario import load
     from session.session import make_lab
 
@@ -96,5 +111,5 @@ def test_a_scenario_checks_its_servers_when_it_loads_and_is_not_built_yet(tmp_pa
     path.write_text(path.read_text().replace("fabric_bw: 600", "fabric_bw: 400"))
     sc, topo = load(str(path))
     assert [s.server().name for s in sc.servers] == ["a", "b"]
-    with pytest.raises(CapabilityError, match="split across 2 servers.*Nothing was built"):
-        make_lab(sc, topo)
+    lab = make_lab(sc, topo)  # nothing is built before start
+    assert lab.split.server_of["leaf2"] == "b" and len(lab.split.cut) == 2

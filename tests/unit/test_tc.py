@@ -8,6 +8,7 @@ from lab.tc import (
     TrafficClass,
     _htb_class,
     class_commands,
+    parse_root_qdiscs,
     parse_time_us,
     require,
     shape_commands,
@@ -79,3 +80,19 @@ def test_class_commands_refuse(p, classes, message):
 def test_traffic_class_bounds(args):
     with pytest.raises(ValueError):
         TrafficClass(*args)
+
+
+def test_root_qdisc_counters_from_ip_and_tc_json():
+    # as `ip -j link show` and `tc -s -j qdisc show` print them for a namespace on a server
+    links = [{"ifindex": 1, "ifname": "lo"}, {"ifindex": 7, "ifname": "leaf2-vx1"},
+             {"ifindex": 9, "ifname": "leaf2-eth1"}]
+    qdiscs = [{"kind": "htb", "handle": "1:", "dev": "leaf2-vx1", "root": True, "bytes": 1500,
+               "packets": 1, "drops": 2, "overlimits": 3, "requeues": 0, "backlog": 0,
+               "qlen": 4},
+              {"kind": "pfifo", "handle": "10:", "parent": "1:1", "dev": "leaf2-vx1",
+               "bytes": 9, "packets": 9, "drops": 9, "overlimits": 9, "qlen": 9},
+              {"kind": "noqueue", "handle": "0:", "dev": "gone0", "root": True, "bytes": 0,
+               "packets": 0, "drops": 0, "overlimits": 0, "qlen": 0}]
+    assert parse_root_qdiscs(links, qdiscs) == {
+        7: {"sent_bytes": 1500, "sent_packets": 1, "drops": 2, "overlimits": 3,
+            "backlog_packets": 4}}
