@@ -95,6 +95,22 @@ class LabNode(Node):
         return json.loads(self.on.run(["ip", "-n", self.netns, "-j", "link", "show", "dev",
                                        ifname]))[0]["ifindex"]
 
+    def link_stats(self, ifname: str) -> dict[str, int]:
+        """``tx_bytes``, ``tx_dropped`` and ``rx_dropped`` of interface ``ifname`` since it
+        was made (netlink's ``IFLA_STATS64`` here; ``ip -s -j link show`` on a remote
+        server).
+
+        Raises:
+            IndexError: no such interface; LabError: its server refused.
+        """
+        if not self.remote:
+            st = self.ipr.get_links(self.ifindex(ifname))[0].get_attr("IFLA_STATS64") or {}
+            return {k: st.get(k, 0) for k in ("tx_bytes", "tx_dropped", "rx_dropped")}
+        st = json.loads(self.on.run(["ip", "-n", self.netns, "-s", "-j", "link", "show", "dev",
+                                     ifname]))[0]["stats64"]
+        return {"tx_bytes": st["tx"]["bytes"], "tx_dropped": st["tx"]["dropped"],
+                "rx_dropped": st["rx"]["dropped"]}
+
     def qdisc_stats(self) -> dict[int, dict[str, int]]:
         """``lab.tc.root_qdisc_stats`` of this node's namespace: one netlink dump here, one
         ``ip -j``/``tc -j`` pair on a remote server (``lab.tc.parse_root_qdiscs``).

@@ -11,8 +11,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lab import tc
-
 if TYPE_CHECKING:  # pragma: no cover
     from lab.lab import Lab
 
@@ -62,28 +60,33 @@ def tier(lab: Lab, node: str) -> float:
     return TIERS.get(role, TIERS["leaf"])
 
 
-def _intf_counters(intf) -> tuple[int, int]:
-    """(tx bytes, drops) of one direction: the interface's link counters plus the drops of the
-    root qdisc emulating that direction (the IFB's for a VM's vNIC; the guest's own qdisc on
-    its vNIC is the guest's and not counted)."""
-    link = intf.node.ipr.get_links(intf.index)[0]
-    st = link.get_attr("IFLA_STATS64") or {}
-    drops = st.get("tx_dropped", 0) + st.get("rx_dropped", 0)
-    return st.get("tx_bytes", 0), drops + tc.qdisc_stats(intf.shaper_node.ipr,
-                                                         intf.shaper_index)["drops"]
+def _counters(node, ifname: str, shaper, shaper_ifname: str) -> tuple[int, int]:
+    """(tx bytes, drops) of one direction: interface ``ifname``'s link counters plus the drops
+    of the root qdisc emulating that direction on ``shaper``'s ``shaper_ifname`` (the IFB's for
+    a VM's vNIC; the guest's own qdisc on its vNIC is the guest's and not counted)."""
+    st = node.link_stats(ifname)
+    qdisc = shaper.qdisc_stats().get(shaper.ifindex(shaper_ifname), {"drops": 0})
+    return st["tx_bytes"], st["tx_dropped"] + st["rx_dropped"] + qdisc["drops"]
 
 
 def link_states(lab: Lab) -> list[LinkState]:
-    """Every link of the topology, in topology order."""
+    """Every link of the topology, in topology order (a cut link: its tunnel's two ends)."""
     out = []
     for a, b in lab.topo.links():
         if tier(lab, b) < tier(lab, a):
             a, b = b, a
-        intf_a, intf_b = lab.faults.ends(a, b)
-        if intf_a.node.name != a:
-            intf_a, intf_b = intf_b, intf_a
-        (tx_a, drops_a), (tx_b, drops_b) = _intf_counters(intf_a), _intf_counters(intf_b)
-        shaping = intf_a.shaping
+        tunnel = lab.tunnels.get(frozenset((a, b)))
+        if tunnel is not None:
+            ends = {node: (lab.net[node], ifname) for node, _, ifname, _ in tunnel.ends}
+            (tx_a, drops_a), (tx_b, drops_b) = (_counters(*ends[n], *ends[n]) for n in (a, b))
+            shaping = tunnel.shaping
+        else:
+            intf_a, intf_b = lab.faults.ends(a, b)
+            if intf_a.node.name != a:
+                intf_a, intf_b = intf_b, intf_a
+            (tx_a, drops_a), (tx_b, drops_b) = (
+                _counters(i.node, i.name, i.shaper_node, i.shaper_name) for i in (intf_a, intf_b))
+            shaping = intf_a.shaping
         out.append(LinkState(a=a, b=b, up=frozenset((a, b)) not in lab.down_links,
                              bw_mbit=shaping.bw, loss_percent=shaping.loss or 0.0,
                              max_queue_size=shaping.max_queue_size, tx_bytes=(tx_a, tx_b),

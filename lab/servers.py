@@ -42,6 +42,8 @@ from lab.netlink import entered
 from topo.split import Server
 
 CONTROL_PERSIST_S = 30
+USER_HZ = 100
+"""Clock ticks per second of /proc/PID/stat's times (proc(5); 100 on every Linux ABI)."""
 # a remote server's command runner: one JSON request per line in, one answer per line out
 _SERVE = """import base64, json, subprocess, sys
 for line in sys.stdin:
@@ -212,22 +214,36 @@ class RemoteProcess(subprocess.Popen):
         wrapped = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', pidfile, *args]
         super().__init__(shell.argv(wrapped), **kwargs)
 
-    def send_signal(self, sig: int) -> None:
-        """Signal the remote process (gone, or never started: nothing to do)."""
-        deadline = time.monotonic() + 5.0
+    def remote_pid(self, wait_s: float = 5.0) -> int | None:
+        """The process's PID on its server (None: it has ended, or did not write it within
+        ``wait_s``)."""
+        deadline = time.monotonic() + wait_s
         while self.poll() is None:
             try:
-                pid = int(self.shell.run(["cat", self.pidfile], timeout=10))
-            except (LabError, ValueError):  # not written yet, or the process is gone
+                return int(self.shell.run(["cat", self.pidfile], timeout=10))
+            except (LabError, ValueError):  # not written yet
                 if time.monotonic() > deadline:
-                    return
+                    return None
                 time.sleep(0.05)
-                continue
-            try:
+        return None
+
+    def usage(self) -> tuple[float, float] | None:
+        """``(cpu_s, rss_mb)`` of the process on its server: user + system CPU seconds and
+        resident MiB from its ``/proc/PID/stat`` there (proc(5): clock ticks of
+        ``USER_HZ``, 100 on Linux; pages of 4 KiB), or None once it has ended."""
+        pid = self.remote_pid()
+        try:
+            fields = self.shell.run(["cat", f"/proc/{pid}/stat"]).rsplit(")", 1)[1].split()
+        except (LabError, IndexError):
+            return None
+        return (int(fields[11]) + int(fields[12])) / USER_HZ, int(fields[21]) * 4096 / 2**20
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the remote process (gone, or never started: nothing to do)."""
+        pid = self.remote_pid()
+        if pid is not None:
+            with contextlib.suppress(LabError):  # it exited meanwhile
                 self.shell.run(["kill", f"-{int(sig)}", str(pid)], timeout=10)
-            except LabError:
-                pass  # it exited meanwhile
-            return
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)

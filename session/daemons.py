@@ -2,7 +2,10 @@
 (``python -m agents ...``, unmodified; they see only their VM's clock and network).
 
 The lab reads the coordinator's API (``agents/API.md``) from inside the coordinator VM's
-namespace: a socket is opened in that namespace, so nothing routes lab traffic out.
+namespace: a socket is opened in that namespace, so nothing routes lab traffic out; a
+coordinator on a remote server is read there, over that server's SSH control connection
+(``vm_http_get``). Agents on any server reach the coordinator over the lab's fabric, as on one
+server: a cut link is a tunnel of that fabric.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from lab import native
 from lab.errors import LabError
 from lab.names import state_dir
 from lab.netlink import entered
+from lab.servers import RemoteProcess
 from lab.wait import wait_until
 from workloads.stats import percentiles
 
@@ -134,6 +138,31 @@ def ns_http_get(ns: str, host: str, port: int, path: str, timeout: float = 3.0) 
     return json.loads(body)
 
 
+# GET argv[1] with a timeout of argv[2] s; the body on stdout (run in a VM's namespace)
+_GET = ("import sys, urllib.request; "
+        "sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2]))"
+        ".read().decode())")
+
+
+def vm_http_get(vm, port: int, path: str, timeout: float = 3.0) -> dict:
+    """GET ``path`` from ``vm``'s own address and ``port``, from inside ``vm``'s namespace
+    (``ns_http_get``); on a remote server, there, through its ``ServerShell``
+    (``python3``'s urllib in the namespace), so the lab reads the API of a coordinator on any
+    server without a route from outside the lab.
+
+    Raises:
+        OSError: connection failed (or the server refused); ValueError: not JSON.
+    """
+    if not vm.remote:
+        return ns_http_get(vm.netns, vm.IP(), port, path, timeout)
+    try:
+        body = vm.on.run(["ip", "netns", "exec", vm.netns, "python3", "-c", _GET,
+                          f"http://{vm.IP()}:{port}{path}", str(timeout)], timeout=timeout + 5)
+    except LabError as e:
+        raise OSError(str(e)) from e
+    return json.loads(body)
+
+
 class AgentMesh:
     """The agent daemons of a running lab (``start``, ``state``, ``stop``)."""
 
@@ -232,8 +261,7 @@ class AgentMesh:
         """
         def healthy() -> bool:
             try:
-                ns_http_get(self.coordinator.netns, self.coordinator.IP(), HTTP_PORT,
-                            "/api/v1/health", timeout=1.0)
+                vm_http_get(self.coordinator, HTTP_PORT, "/api/v1/health", timeout=1.0)
                 return True
             except (OSError, ValueError):
                 if self.procs["coordinator"].poll() is not None:
@@ -250,8 +278,7 @@ class AgentMesh:
         that document)."""
         query = "" if history is None else f"?history={history}"
         try:
-            doc = ns_http_get(self.coordinator.netns, self.coordinator.IP(), HTTP_PORT,
-                              "/api/v1/state" + query)
+            doc = vm_http_get(self.coordinator, HTTP_PORT, "/api/v1/state" + query)
             return CoordinatorState.model_validate(doc)
         except (OSError, ValueError):
             return None
@@ -259,9 +286,15 @@ class AgentMesh:
     def usage(self) -> dict[str, tuple[float, float]]:
         """``(cpu_s, rss_mb)`` of every running daemon, by key (``coordinator``,
         ``agent-<vm>``): CPU time so far (user + system, s) and resident memory now (MiB),
-        from psutil."""
+        from psutil (a daemon on a remote server: ``RemoteProcess.usage``, from its
+        ``/proc`` there)."""
         out = {}
         for key, p in self.procs.items():
+            if isinstance(p, RemoteProcess):  # on its server
+                use = p.usage()
+                if use is not None:
+                    out[key] = use
+                continue
             try:
                 proc = psutil.Process(p.pid)
                 with proc.oneshot():

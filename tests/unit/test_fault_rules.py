@@ -33,7 +33,8 @@ class Net:
     """What ``Faults`` reads of a Mininet network, built from a recorded frame."""
 
     def __init__(self, frame):
-        self.nameToNode = {n.name: SimpleNamespace(name=n.name) for n in frame.nodes}
+        self.nameToNode = {n.name: SimpleNamespace(name=n.name, remote=False)
+                           for n in frame.nodes}
         self.hosts = [self.nameToNode[v.name] for v in frame.vms]
         self.links = [SimpleNamespace(**{
             f"intf{i}": SimpleNamespace(node=self.nameToNode[end],
@@ -71,7 +72,7 @@ def replay(frame, tmp_path):
 
 @pytest.fixture
 def lab(frame):
-    faults = Faults(SimpleNamespace(name=frame.lab, net=Net(frame),
+    faults = Faults(SimpleNamespace(name=frame.lab, net=Net(frame), tunnels={},
                                     phys={v.name: v.phys for v in frame.vms}))
     faults.paused.add("vm1")
     return faults
