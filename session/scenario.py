@@ -363,12 +363,13 @@ class Scenario(_Strict):
                               "(session.lb); runs after the jobs")
     servers: list[ServerSpec] = Field(
         default_factory=list, description="a lab split across servers (Mininet Cluster "
-        "Edition's model): routers dealt tier by tier, each VM with its leaf, only links "
-        "between routers cut (VXLAN tunnels, shaped at both ends), every NIC budget checked; "
-        "empty or one server: this machine")
+        "Edition's model; nslab run --servers replaces it): routers dealt tier by tier, each "
+        "physical host with its leaf and each VM with its host or leaf, only links between "
+        "routers cut (VXLAN tunnels, shaped at both ends), every NIC budget checked; each "
+        "node built and run on its server; empty or one server: this machine")
     server_placement: dict[str, str] = Field(
         default_factory=dict, description="router -> server name, overriding the dealt "
-        "placement (a VM goes with its leaf)")
+        "placement (a physical host and a VM go with their leaf)")
 
     def cassini_jobs(self) -> set[str]:
         """Names of the jobs that run in the cassini sets."""
