@@ -51,18 +51,21 @@ def _read(path: str) -> str:
 class Cgroups:
     """The cgroups of one lab (v1 or v2, detected unless ``mode`` is given). ``root``: where
     the v1 controllers are mounted, or the cgroup2 mount (default: found in /proc/mounts).
+    ``top``: the lab's top cgroup's name (default ``nslab-<lab>``; a remote server's,
+    ``lab.server_cgroups``, adds the server's name).
 
     Raises:
         CapabilityError: no usable cpu controller; v2 without a cgroup2 mount.
     """
 
-    def __init__(self, lab: str, mode: str | None = None, root: str | None = None):
+    def __init__(self, lab: str, mode: str | None = None, root: str | None = None,
+                 top: str | None = None):
         detected, ctls = cgroup_mode()
         self.mode = mode or detected
         if self.mode is None:
             raise CapabilityError("no cgroup cpu controller is mounted: physical-host CPU "
                                   "budgets need cgroup v1 'cpu' or cgroup v2 with 'cpu'")
-        self.top = lab_prefix(lab)
+        self.top = top or lab_prefix(lab)
         if self.mode == "v1":
             root = root or "/sys/fs/cgroup"
             self.roots = [os.path.join(root, c) for c in V1_CONTROLLERS

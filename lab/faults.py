@@ -7,8 +7,9 @@ Links are named by their two end nodes (``"leaf1", "spine1"``); changes apply to
 directions. Rates are Mbit/s, loss percent, queue limits packets, clock steps ms.
 
 In a lab split across servers, a link cut between servers (its VXLAN tunnel, ``lab.tunnel``)
-goes down and up (``link_down``, ``link_up``, ``flap``) on both servers; its other faults, and
-any fault changing a node on a remote server other than a link's state, are refused
+goes down and up (``link_down``, ``link_up``, ``flap``) on both servers, and link state, loss,
+CPU hogs and pause/resume reach nodes on any server; a rate or queue change on a remote node
+or a cut link, loss on a cut link, and a clock step or migration of a remote VM are refused
 (``LabError``, saying so) rather than applied to this machine's kernel.
 """
 from __future__ import annotations
@@ -112,8 +113,7 @@ class Faults:
             node = self.lab.net[n]
             if node.remote:
                 raise LabError(f"{n} runs on server {node.on.server.name}: this fault is not "
-                               "applied on remote servers yet (link_down, link_up and flap "
-                               "are)")
+                               "applied on remote servers yet")
 
     # -- links -----------------------------------------------------------------------------
     def _set_state(self, a: str, b: str, state: str) -> None:
@@ -171,9 +171,8 @@ class Faults:
     def loss(self, a: str, b: str, percent: float) -> Event:
         """Random loss of ``percent`` % in both directions (0 removes it)."""
         fault = self._allowed(Loss, link=(a, b), percent=percent)
-        self._local(a, b)
         for intf in self._reshape(a, b, loss=percent or None):
-            tc.set_drop(intf.node.netns, intf.name, percent)
+            intf.node.run_batch("nft", tc.drop_commands(intf.name, percent))
         return self.lab.stamp_fault(fault)
 
     def rate(self, a: str, b: str, mbit: float) -> Event:
@@ -225,13 +224,12 @@ class Faults:
             if intf.link is None:
                 continue
             for end in (intf.link.intf1, intf.link.intf2):
-                tc.set_drop(end.node.netns, end.name, percent, tag="pause")
+                end.node.run_batch("nft", tc.drop_commands(end.name, percent, tag="pause"))
 
     def pause(self, vm: str) -> Event:
         """Freeze every process of ``vm`` and silence its network (its kernel no longer
         answers, as a paused VM's would not)."""
         fault = self._allowed(Pause, vm=vm)
-        self._local(vm)
         node = self.lab.net[vm]
         self.lab.cgroups.freeze(node.phys, vm, True)
         self._vm_wire(node, 100)
@@ -240,7 +238,6 @@ class Faults:
 
     def resume(self, vm: str) -> Event:
         fault = self._allowed(Resume, vm=vm)
-        self._local(vm)
         node = self.lab.net[vm]
         self._vm_wire(node, 0)
         self.lab.cgroups.freeze(node.phys, vm, False)

@@ -41,6 +41,7 @@ from lab.links import LINK_KEYS, ShapedLink
 from lab.names import check_lab_name, lab_prefix, state_dir
 from lab.netlink import remove_netns
 from lab.nodes import VM, Router, fabric_node
+from lab.server_cgroups import RemoteCgroups, ServerCgroups
 from lab.server_clock import measure_all, sync_bound_us
 from lab.servers import Servers, ServerShell
 from lab.tunnel import VxlanLink
@@ -116,8 +117,8 @@ class Lab:
 
     Raises (from ``start``):
         NotRootError, CapabilityError (also for a fabric mode this kernel cannot provide),
-        LabError (also: a remote server that does not answer or lacks nslab, a CPU budget
-        for a physical host on a remote server).
+        LabError (also: a remote server that does not answer or lacks nslab, a physical
+        host whose VMs are on two servers).
     Raises (here): ValueError for an unknown fabric mode; ``topo.split.SplitError`` (a
     ValueError) for a placement that cannot be built.
     """
@@ -147,7 +148,7 @@ class Lab:
         self.cpu_reserve = cpu_reserve
         self.progress = progress or (lambda msg: None)
         self.net: Mininet | None = None
-        self.cgroups: Cgroups | None = None
+        self.cgroups: ServerCgroups | None = None
         self.clocks: ClockBook | None = None
         self.routes: dict = {}
         self.healthy_routes: dict = {}
@@ -193,25 +194,9 @@ class Lab:
     def _remote_vms(self) -> list[str]:
         return [vm for vm in self.topo.hosts() if not self.shell_of(vm).local]
 
-    def _check_remote(self) -> None:
-        """Refuse what a remote server cannot do yet, before anything is built.
-
-        Raises:
-            LabError: a CPU budget for a physical host whose VMs run on a remote server.
-        """
-        for vm in self._remote_vms():
-            host = self.topo.nodeInfo(vm).get("phys") or f"phys-{vm}"
-            spec = {"cpu_cores": self.cpu_cores, **self.host_cpu.get(host, {})}
-            if spec.get("cpu_cores") is not None or spec.get("cpuset") is not None:
-                raise LabError(
-                    f"{vm} runs on server {self.split.server_of[vm]}: CPU budgets "
-                    f"(hosts.cpu_cores, cpuset) of physical hosts on remote servers are not "
-                    "built yet; give its host none, or place its leaf on the first server")
-
     def _start_servers(self) -> None:
         """Reach every server, measure its clock against this one's
-        (``lab.server_clock``), check nslab's VM clock preload is there at the same path, and
-        publish the remote VMs' clock files on their servers.
+        (``lab.server_clock``) and check nslab's VM clock preload is there at the same path.
 
         Raises:
             LabError: a server does not answer or lacks the preload.
@@ -227,6 +212,13 @@ class Lab:
                     raise LabError(f"server {shell.server.name} has no {lib}: install nslab "
                                    "at the same path on every server (docs/multi-server.md)"
                                    ) from e
+
+    def _publish_clocks(self) -> None:
+        """Copy the remote VMs' clock files to their servers.
+
+        Raises:
+            LabError: a server refused.
+        """
         for vm in self._remote_vms():
             with open(self.clocks.path(vm), "rb") as f:
                 self.servers.put(self.split.server_of[vm], self.vm_clock_path(vm), f.read())
@@ -306,12 +298,12 @@ class Lab:
                            f"'nslab clean {self.name}' removes a crashed one")
         check_link_params(self.topo, caps["netem"].ok)
         require_fabric(self.fabric, caps)
-        if self.split:
-            self._check_remote()
         try:
-            self._physical_hosts()
             if self.split:
                 self._start_servers()
+            self._physical_hosts()
+            if self.split:
+                self._publish_clocks()
             self.routes = self.healthy_routes = lab_routes(self.topo, self.phys)
             self.progress(f"building {len(self.topo.nodes())} nodes, "
                           f"{len(self.topo.links())} links"
@@ -337,21 +329,34 @@ class Lab:
         self.progress(f"lab {self.name} up in {self.bringup_s:.2f} s")
 
     def _physical_hosts(self) -> None:
+        """Every VM's physical host, the hosts' and VMs' cgroups (each on its VMs' server)
+        and the VMs' clocks.
+
+        Raises:
+            LabError: a host's VMs on two servers (its CPU is on one).
+        """
         vms = self.topo.hosts()
         self.phys = {vm: self.topo.nodeInfo(vm).get("phys") or f"phys-{vm}" for vm in vms}
-        self.cgroups = Cgroups(self.name)
+        host_server: dict[str, str] = {}
+        for vm, host in self.phys.items():
+            server = self.split.server_of[vm] if self.split else ""
+            if host_server.setdefault(host, server) != server:
+                raise LabError(f"physical host {host} has VMs on servers {host_server[host]} "
+                               f"and {server}: a host's VMs share its CPU on one server; place "
+                               "them under leaves of one server (server_placement)")
+        remote = ({name: RemoteCgroups(shell, self.name)
+                   for name, shell in self.servers.shells.items() if not shell.local}
+                  if self.split else {})
+        self.cgroups = ServerCgroups(Cgroups(self.name), remote, host_server)
         self.record("cgroup", lab_prefix(self.name))
         self.clocks = ClockBook(self.clock_config, self.seed,
                                 os.path.join(state_dir(self.name), "clock"), time.time_ns())
-        here = {vm: host for vm, host in self.phys.items() if self.shell_of(vm).local}
-        for host in sorted(set(here.values())):
+        hosts = {}
+        for host in sorted(set(self.phys.values())):
             spec = {"cpu_cores": self.cpu_cores, **self.host_cpu.get(host, {})}
-            self.cgroups.create_host(host, spec.get("cpu_cores"), spec.get("cpuset"))
-        if self.cpu_reserve:
-            self.cgroups.reserve()
+            hosts[host] = (spec.get("cpu_cores"), spec.get("cpuset"))
+        self.cgroups.build(hosts, self.phys, self.cpu_reserve)
         for vm, host in self.phys.items():
-            if vm in here:
-                self.cgroups.create_vm(host, vm)
             self.clocks.add_vm(vm, host)
 
     def reroute(self) -> None:
@@ -421,16 +426,16 @@ class Lab:
             if kind == "netns":
                 remove_netns(name)
         self.tunnels = {}
-        if self.servers is not None:
-            try:
-                errors += self.servers.teardown()
-            except Exception as e:  # the record stays for nslab clean
-                errors.append(f"servers: {e}")
         if self.cgroups is not None:
             try:
                 self.cgroups.destroy()
             except Exception as e:
                 errors.append(f"cgroups: {e}")
+        if self.servers is not None:
+            try:
+                errors += self.servers.teardown()
+            except Exception as e:  # the record stays for nslab clean
+                errors.append(f"servers: {e}")
         shutil.rmtree(state_dir(self.name), ignore_errors=True)
         self.leftovers = lab_netns(self.name) + (self.cgroups.exists() if self.cgroups else [])
         if os.path.exists(state_dir(self.name)):

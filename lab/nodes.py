@@ -216,18 +216,22 @@ class VM(LabNode, Host):
         return self.lab.phys[self.name]
 
     def enter_argv(self, env: dict) -> list[str]:
-        """On a remote server: the VM clock's variables, then ``setpriv`` dropping
-        ``DROPPED_CAPS`` from the bounding set (root's permitted and effective sets follow
-        at exec; capabilities(7))."""
+        """On a remote server: join the VM's cgroups there (``sh`` writes its PID, then
+        execs), the VM clock's variables, then ``setpriv`` dropping ``DROPPED_CAPS`` from the
+        bounding set (root's permitted and effective sets follow at exec;
+        capabilities(7))."""
+        join = " ".join(shlex.quote(p) for p in self.lab.cgroups.join_paths(self.phys,
+                                                                             self.name))
         drop = ",".join("-" + c.removeprefix("CAP_").lower() for c in vmclock.DROPPED_CAPS)
-        return [*super().enter_argv(env), "setpriv", "--bounding-set", drop]
+        return ["sh", "-c", f'for f in {join}; do echo $$ > "$f"; done; exec "$@"', "sh",
+                *super().enter_argv(env), "setpriv", "--bounding-set", drop]
 
     def _popen(self, cmd, **params):
         """Every process of the VM (its shell, ``popen``) joins the VM's cgroups and drops the
         machine's capabilities before exec, and runs with ``vmclock`` preloaded on the VM's
         ``NSLAB_CLOCK``. On a remote server the variables that differ from this process's
-        environment go on the command line (ssh passes none), and the VM has no cgroup
-        there (``Lab`` refuses CPU budgets on remote servers)."""
+        environment go on the command line (ssh passes none), and the process joins the VM's
+        cgroups there before exec (``enter_argv``)."""
         env = vmclock.preload_env(dict(params.pop("env", None) or os.environ))
         env[ENV_VAR] = self.clock_path
         if self.remote:

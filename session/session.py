@@ -57,7 +57,13 @@ def make_lab(scenario: Scenario, topo: Topo, name: str | None = None,
     Raises:
         topo.split.SplitError: the servers cannot carry the topology (also checked when the
             scenario loads).
+        LabError: a split lab with clock daemons (chrony, clock_daemons): a VM's own clock
+            corrections on a remote server are not read back into the truth yet.
     """
+    if len(scenario.servers) > 1 and (scenario.chrony.enabled or scenario.clock_daemons.enabled):
+        raise LabError("servers: clock daemons (chrony, clock_daemons) discipline the VM clocks, "
+                       "and a VM's own corrections on a remote server are not read back into "
+                       "the truth yet; run them on one server")
     return Lab(topo, name=name or scenario.name, seed=scenario.seed, clocks=scenario.clocks,
                cpu_cores=scenario.hosts.cpu_cores, cpu_reserve=scenario.hosts.reserve,
                fabric=scenario.fabric.mode,
