@@ -155,9 +155,15 @@ class LabNode(Node):
         except LabError as e:
             raise LabError(f"{self.name}: {e}") from e
 
+    def join_argv(self) -> list[str]:
+        """What a process of this node runs under on a remote server before entering its
+        namespace (nothing for a router)."""
+        return []
+
     def enter_argv(self, env: dict) -> list[str]:
-        """What a process of this node runs under on a remote server, before its command
-        (``env``: the variables it needs that the server's own environment lacks)."""
+        """What a process of this node runs under on a remote server, inside its namespace,
+        before its command (``env``: the variables it needs that the server's own
+        environment lacks)."""
         return ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
 
     def _popen(self, cmd, env_extra: dict | None = None, **params):
@@ -168,7 +174,8 @@ class LabNode(Node):
             return super()._popen(cmd, **params)
         params.pop("preexec_fn", None)
         params.pop("env", None)
-        prefix = ["ip", "netns", "exec", self.netns, *self.enter_argv(env_extra or {})]
+        prefix = [*self.join_argv(), "ip", "netns", "exec", self.netns,
+                  *self.enter_argv(env_extra or {})]
         if cmd[0] == "mnexec":  # Node.startShell: mnexec and its options, then the shell
             return subprocess.Popen(self.on.argv([*prefix, *cmd[2:]], tty=True),
                                     start_new_session=True, **params)
@@ -215,16 +222,19 @@ class VM(LabNode, Host):
     def phys(self) -> str:
         return self.lab.phys[self.name]
 
-    def enter_argv(self, env: dict) -> list[str]:
+    def join_argv(self) -> list[str]:
         """On a remote server: join the VM's cgroups there (``sh`` writes its PID, then
-        execs), the VM clock's variables, then ``setpriv`` dropping ``DROPPED_CAPS`` from the
-        bounding set (root's permitted and effective sets follow at exec;
-        capabilities(7))."""
+        execs; before ``ip netns exec``, which mounts a sysfs of its own over /sys)."""
         join = " ".join(shlex.quote(p) for p in self.lab.cgroups.join_paths(self.phys,
                                                                              self.name))
+        return ["sh", "-c", f'for f in {join}; do echo $$ > "$f"; done; exec "$@"', "sh"]
+
+    def enter_argv(self, env: dict) -> list[str]:
+        """On a remote server: the VM clock's variables, then ``setpriv`` dropping
+        ``DROPPED_CAPS`` from the bounding set (root's permitted and effective sets follow
+        at exec; capabilities(7))."""
         drop = ",".join("-" + c.removeprefix("CAP_").lower() for c in vmclock.DROPPED_CAPS)
-        return ["sh", "-c", f'for f in {join}; do echo $$ > "$f"; done; exec "$@"', "sh",
-                *super().enter_argv(env), "setpriv", "--bounding-set", drop]
+        return [*super().enter_argv(env), "setpriv", "--bounding-set", drop]
 
     def _popen(self, cmd, **params):
         """Every process of the VM (its shell, ``popen``) joins the VM's cgroups and drops the

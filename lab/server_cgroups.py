@@ -142,11 +142,22 @@ class ServerCgroups:
 
     def destroy(self) -> None:
         """Every server's, the remote ones first (what survives there is kept for
-        ``exists``)."""
+        ``exists``); a server that fails does not stop the others.
+
+        Raises:
+            LabError: a server failed (after the others were destroyed).
+        """
+        failed = []
         for name, cg in self.remote.items():
-            cg.destroy()
-            self._left += [f"{p} on {name}" for p in cg.exists()]
+            try:
+                cg.destroy()
+                self._left += [f"{p} on {name}" for p in cg.exists()]
+            except LabError as e:
+                failed.append(str(e))
+                self._left.append(f"cgroups on {name}")
         self.local.destroy()
+        if failed:
+            raise LabError("; ".join(failed))
 
     def exists(self) -> list[str]:
         return self.local.exists() + self._left

@@ -61,8 +61,9 @@ def emulated_servers(dc: str, nic_mbit=None):
             conf = os.path.join(d, f"sshd-{s.name}.conf")
             with open(conf, "w") as f:
                 f.write(SSHD_CONFIG.format(address=s.address, dir=d, name=s.name))
-            sshd.append(subprocess.Popen(["ip", "netns", "exec", ns, "/usr/sbin/sshd", "-D",
-                                          "-e", "-f", conf], stderr=subprocess.DEVNULL))
+            # nsenter, not ip netns exec: the server keeps the machine's /sys (its cgroups)
+            sshd.append(subprocess.Popen(["nsenter", f"--net=/run/netns/{ns}", "/usr/sbin/sshd",
+                                          "-D", "-e", "-f", conf], stderr=subprocess.DEVNULL))
         options = ["-F", "/dev/null", "-i", os.path.join(d, "id"), "-o", "IdentitiesOnly=yes",
                    "-o", f"UserKnownHostsFile={d}/known_hosts",
                    "-o", "StrictHostKeyChecking=accept-new", "-o", "ConnectTimeout=5"]

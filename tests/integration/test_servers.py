@@ -64,7 +64,8 @@ def synced(mesh):
 def test_a_lab_split_across_two_servers_pings_carries_tcp_syncs_reroutes_and_cleans_up():
     topo = LeafSpine(spines=2, leaves=2, vms_per_leaf=2, host_bw=100, fabric_bw=RATE)
     with emulated_servers(DC) as (hosts, ssh_options):
-        lab = Lab(topo, name=LAB, seed=3, servers=hosts, ssh_options=ssh_options)
+        lab = Lab(topo, name=LAB, seed=3, servers=hosts, ssh_options=ssh_options,
+                  cpu_cores=1.0)
         try:
             lab.start()
             assert {n: lab.split.server_of[n] for n in ("leaf1", "spine1", "leaf2", "spine2")} \
@@ -83,11 +84,15 @@ def test_a_lab_split_across_two_servers_pings_carries_tcp_syncs_reroutes_and_cle
                     assert re.search(rf"link-netns {netns_name(DC, srv)}\b", show)
                     assert f"rate {RATE}Mbit" in shell.run(["tc", "-n", ns, "class", "show",
                                                             "dev", ifname])
-            # a remote VM's processes: in its namespace there, on its VM clock, without
-            # CAP_SYS_TIME (bit 25 of the bounding set)
-            env = lab["vm3"].cmd("echo $NSLAB_CLOCK; grep CapBnd /proc/self/status")
-            assert lab["vm3"].clock_path in env and "server-s2" in lab["vm3"].clock_path
-            assert not int(env.split()[-1], 16) & (1 << 25), env
+            # a remote VM's processes: in its namespace there, in its host's cgroup there
+            # (the server's own top cgroup), on its VM clock, without CAP_SYS_TIME (bit 25
+            # of the bounding set)
+            env = lab["vm3"].cmd("echo $NSLAB_CLOCK; grep -c :/nslab-t32-s2/phys-vm3/vm3$ "
+                                 "/proc/self/cgroup; grep CapBnd /proc/self/status")
+            clock, cgroups, _, bounding = env.split()
+            assert clock == lab["vm3"].clock_path and "server-s2" in clock
+            assert int(cgroups) >= 1, env
+            assert not int(bounding, 16) & (1 << 25), env
 
             mesh = AgentMesh(lab, AgentsSpec(enabled=True, rate=20, window_s=2.0))
             mesh.start()
