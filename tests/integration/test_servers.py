@@ -87,7 +87,7 @@ def test_a_lab_split_across_two_servers_pings_carries_tcp_syncs_reroutes_and_cle
             # a remote VM's processes: in its namespace there, in its host's cgroup there
             # (the server's own top cgroup), on its VM clock, without CAP_SYS_TIME (bit 25
             # of the bounding set)
-            env = lab["vm3"].cmd("echo $NSLAB_CLOCK; grep -c :/nslab-t32-s2/phys-vm3/vm3$ "
+            env = lab["vm3"].cmd("echo $NSLAB_CLOCK; grep -c :/nslab-t32-s2/phys3/vm3$ "
                                  "/proc/self/cgroup; grep CapBnd /proc/self/status")
             clock, cgroups, _, bounding = env.split()
             assert clock == lab["vm3"].clock_path and "server-s2" in clock
