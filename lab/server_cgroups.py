@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from lab.cgroups import Cgroups
 from lab.errors import LabError
 from lab.names import lab_prefix
-from lab.servers import ServerShell
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lab.servers import ServerShell
 
 CALLS = ("create_host", "reserve", "create_vm", "join_paths", "attach", "pids",
          "cpu_usage_ns", "throttling", "freeze", "move_vm", "kill_all", "destroy", "exists")

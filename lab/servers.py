@@ -39,6 +39,7 @@ from lab import tc
 from lab.errors import LabError
 from lab.names import netns_name, state_dir
 from lab.netlink import entered
+from lab.server_cgroups import RemoteCgroups
 from topo.split import Server
 
 CONTROL_PERSIST_S = 30
@@ -370,7 +371,8 @@ class Servers:
 
 def clean_remote(lab: str, dry_run: bool = False) -> list[str]:
     """On each remote server recorded for ``lab`` (its ``servers.json``), remove the lab's
-    namespaces found by prefix (processes by PID first); what was (dry: would be) removed.
+    namespaces found by prefix (processes by PID first), then its cgroups there
+    (``lab.server_cgroups``); what was (dry: would be) removed.
     Nothing recorded: nothing to do.
 
     Raises:
@@ -393,6 +395,11 @@ def clean_remote(lab: str, dry_run: bool = False) -> list[str]:
             done += [f"netns {n} on {shell.server.name}" for n in names]
             if not dry_run:
                 shell.remove_netns(names)
+            cgroups = RemoteCgroups(shell, lab)
+            left = cgroups.exists()
+            done += [f"cgroup {p} on {shell.server.name}" for p in left]
+            if left and not dry_run:
+                cgroups.destroy()
         except LabError as e:
             failed.append(str(e))
         shell.close()

@@ -17,6 +17,7 @@ from servers import emulated_servers
 from lab.clean import clean
 from lab.lab import Lab
 from lab.names import netns_name, state_dir
+from lab.server_cgroups import RemoteCgroups
 from lab.servers import Servers
 from lab.tunnel import VXLAN_OVERHEAD
 from lab.wait import wait_until
@@ -130,14 +131,18 @@ def test_a_lab_split_across_two_servers_pings_carries_tcp_syncs_reroutes_and_cle
         assert lab.leftovers == [], lab.leftovers
         assert lab_namespaces() == [] and not os.path.exists(state_dir(LAB))
 
-        # a crash: namespaces and a process left on both servers, then nslab clean
+        # a crash: namespaces and a process left on both servers, a cgroup on s2, then
+        # nslab clean
         servers = Servers(LAB, hosts, ssh_options)
         servers.check()
         for node, srv in (("leaf1", "s1"), ("spine1", "s2")):
             ns = servers.add_netns(srv, node)
             servers[srv].run(["sh", "-c", f"ip netns exec {ns} sleep 600 >/dev/null 2>&1 &"])
+        RemoteCgroups(servers["s2"], LAB).create_host("phys9")
         servers.close()
         assert len(lab_namespaces()) == 2
         done = clean(LAB)
         assert "netns nslab-t32-spine1 on s2" in done, done
+        assert any(d.startswith("cgroup ") and d.endswith("/nslab-t32-s2 on s2")
+                   for d in done), done
         assert lab_namespaces() == [] and not os.path.exists(state_dir(LAB))
