@@ -42,6 +42,11 @@ def report(results: Results | Mapping) -> str:
                      f"{nic.to_leaf.sent_bytes / 1e6:.1f} MB up, "
                      f"{nic.from_leaf.sent_bytes / 1e6:.1f} MB down, drops "
                      f"{nic.to_leaf.drops} up, {nic.from_leaf.drops} down")
+    if truth.servers:
+        lines.append(f"  servers: {len(truth.servers)}, clocks against {truth.servers[0].server}: "
+                     + ", ".join(f"{c.server} {c.offset_us:+.1f} us (round trip "
+                                 f"{c.rtt_us:.1f} us)" for c in truth.servers[1:])
+                     + f"; scores across servers good to {truth.server_sync_us:g} us")
     lines.append("  timeline:")
     for ev in truth.faults:
         lines.append(f"    {ev.t_s:7.2f} s  {ev.kind:11s} {describe('', ev.target, ev.params)}")
