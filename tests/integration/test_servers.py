@@ -1,5 +1,6 @@
 """A lab split across two servers emulated as namespaces (tests/integration/servers.py): the
-same code path as two real machines (SSH to the second, commands here on the first).
+same code path as two real machines (SSH to the second, commands here on the first), built by
+the ``Lab`` and run end to end by ``nslab run --servers``.
 
 A 2-leaf, 2-spine lab with leaf1 and spine1 on s1 (here) and leaf2 and spine2 on s2 (over
 SSH): the links leaf1-spine2 and leaf2-spine1 are VXLAN tunnels, so every path between the
@@ -11,7 +12,9 @@ import json
 import os
 import re
 import subprocess
+import sys
 
+import pytest
 from servers import emulated_servers
 
 from lab.clean import clean
@@ -28,10 +31,10 @@ from topo import LeafSpine
 LAB, DC, RATE = "t32", "t32dc", 50
 
 
-def lab_namespaces():
+def lab_namespaces(lab: str = LAB):
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in out.splitlines()
-            if line.startswith(netns_name(LAB, ""))]
+            if line.startswith(netns_name(lab, ""))]
 
 
 def iperf3_mbit(lab, src: str, dst: str) -> float:
@@ -62,87 +65,136 @@ def synced(mesh):
     return st if st is not None and st.windows >= 3 + st.drift_windows // 2 else None
 
 
-def test_a_lab_split_across_two_servers_pings_carries_tcp_syncs_reroutes_and_cleans_up():
+@pytest.fixture(scope="module")
+def dc():
+    """The two emulated servers, this thread inside the first."""
+    with emulated_servers(DC) as servers:
+        yield servers
+
+
+def test_a_lab_split_across_two_servers_pings_carries_tcp_syncs_reroutes_and_cleans_up(dc):
     topo = LeafSpine(spines=2, leaves=2, vms_per_leaf=2, host_bw=100, fabric_bw=RATE)
-    with emulated_servers(DC) as (hosts, ssh_options):
-        lab = Lab(topo, name=LAB, seed=3, servers=hosts, ssh_options=ssh_options,
-                  cpu_cores=1.0)
-        try:
-            lab.start()
-            assert {n: lab.split.server_of[n] for n in ("leaf1", "spine1", "leaf2", "spine2")} \
-                == {"leaf1": "s1", "spine1": "s1", "leaf2": "s2", "spine2": "s2"}
-            assert set(lab.tunnels) == {frozenset(("leaf1", "spine2")),
-                                        frozenset(("leaf2", "spine1"))}
-            assert [lab[v].remote for v in ("vm1", "vm2", "vm3", "vm4")] == [False] * 2 + [True] * 2
-            assert [c.server for c in lab.server_clocks] == ["s1", "s2"]
-            for link in lab.tunnels.values():
-                assert link.mtu == 1500 - VXLAN_OVERHEAD
-                for node, srv, ifname, _ in link.ends:
-                    shell, ns = lab.servers[srv], lab[node].netns
-                    show = shell.run(["ip", "-n", ns, "-d", "link", "show", ifname])
-                    assert f"vxlan id {link.vni} " in show and f"mtu {link.mtu} " in show
-                    # its socket lives in the server's namespace, the device in the router's
-                    assert re.search(rf"link-netns {netns_name(DC, srv)}\b", show)
-                    assert f"rate {RATE}Mbit" in shell.run(["tc", "-n", ns, "class", "show",
-                                                            "dev", ifname])
-            # a remote VM's processes: in its namespace there, in its host's cgroup there
-            # (the server's own top cgroup), on its VM clock, without CAP_SYS_TIME (bit 25
-            # of the bounding set)
-            env = lab["vm3"].cmd("echo $NSLAB_CLOCK; grep -c :/nslab-t32-s2/phys3/vm3$ "
-                                 "/proc/self/cgroup; grep CapBnd /proc/self/status")
-            clock, cgroups, _, bounding = env.split()
-            assert clock == lab["vm3"].clock_path and "server-s2" in clock
-            assert int(cgroups) >= 1, env
-            assert not int(bounding, 16) & (1 << 25), env
+    hosts, ssh_options = dc
+    lab = Lab(topo, name=LAB, seed=3, servers=hosts, ssh_options=ssh_options,
+              cpu_cores=1.0)
+    try:
+        lab.start()
+        assert {n: lab.split.server_of[n] for n in ("leaf1", "spine1", "leaf2", "spine2")} \
+            == {"leaf1": "s1", "spine1": "s1", "leaf2": "s2", "spine2": "s2"}
+        assert set(lab.tunnels) == {frozenset(("leaf1", "spine2")),
+                                    frozenset(("leaf2", "spine1"))}
+        assert [lab[v].remote for v in ("vm1", "vm2", "vm3", "vm4")] == [False] * 2 + [True] * 2
+        assert [c.server for c in lab.server_clocks] == ["s1", "s2"]
+        for link in lab.tunnels.values():
+            assert link.mtu == 1500 - VXLAN_OVERHEAD
+            for node, srv, ifname, _ in link.ends:
+                shell, ns = lab.servers[srv], lab[node].netns
+                show = shell.run(["ip", "-n", ns, "-d", "link", "show", ifname])
+                assert f"vxlan id {link.vni} " in show and f"mtu {link.mtu} " in show
+                # its socket lives in the server's namespace, the device in the router's
+                assert re.search(rf"link-netns {netns_name(DC, srv)}\b", show)
+                assert f"rate {RATE}Mbit" in shell.run(["tc", "-n", ns, "class", "show",
+                                                        "dev", ifname])
+        # a remote VM's processes: in its namespace there, in its host's cgroup there
+        # (the server's own top cgroup), on its VM clock, without CAP_SYS_TIME (bit 25
+        # of the bounding set)
+        env = lab["vm3"].cmd("echo $NSLAB_CLOCK; grep -c :/nslab-t32-s2/phys3/vm3$ "
+                             "/proc/self/cgroup; grep CapBnd /proc/self/status")
+        clock, cgroups, _, bounding = env.split()
+        assert clock == lab["vm3"].clock_path and "server-s2" in clock
+        assert int(cgroups) >= 1, env
+        assert not int(bounding, 16) & (1 << 25), env
 
-            mesh = AgentMesh(lab, AgentsSpec(enabled=True, rate=20, window_s=2.0))
-            mesh.start()
-            assert cross_pings_ok(lab)
-            # TCP from s1 to s2 through a tunnel (every path crosses one); VMs keep MTU 1500
-            # and learn the tunnel's from the routers (path MTU discovery)
-            rate = iperf3_mbit(lab, "vm1", "vm3")
-            assert 0.9 * RATE <= rate <= 1.02 * RATE, rate
-            assert f"mtu {1500 - VXLAN_OVERHEAD}" in lab["vm1"].cmd(f"ip route get "
-                                                                   f"{lab['vm3'].IP()}")
+        mesh = AgentMesh(lab, AgentsSpec(enabled=True, rate=20, window_s=2.0))
+        mesh.start()
+        assert cross_pings_ok(lab)
+        # TCP from s1 to s2 through a tunnel (every path crosses one); VMs keep MTU 1500
+        # and learn the tunnel's from the routers (path MTU discovery)
+        rate = iperf3_mbit(lab, "vm1", "vm3")
+        assert 0.9 * RATE <= rate <= 1.02 * RATE, rate
+        assert f"mtu {1500 - VXLAN_OVERHEAD}" in lab["vm1"].cmd(f"ip route get "
+                                                               f"{lab['vm3'].IP()}")
 
-            route = "ip route show 10.2.0.0/16"
-            assert lab["leaf1"].cmd(route).count("nexthop via") == 2
-            lab.faults.link_down("leaf1", "spine2")
-            assert "state DOWN" in lab["leaf1"].cmd("ip link show leaf1-vx0")
-            assert "nexthop" not in lab["leaf1"].cmd(route)  # one path left: via spine1
-            assert "leaf1-eth3" in lab["leaf1"].cmd(route)
-            assert cross_pings_ok(lab)
-            lab.faults.link_up("leaf1", "spine2")
-            assert lab["leaf1"].cmd(route).count("nexthop via") == 2
+        route = "ip route show 10.2.0.0/16"
+        assert lab["leaf1"].cmd(route).count("nexthop via") == 2
+        lab.faults.link_down("leaf1", "spine2")
+        assert "state DOWN" in lab["leaf1"].cmd("ip link show leaf1-vx0")
+        assert "nexthop" not in lab["leaf1"].cmd(route)  # one path left: via spine1
+        assert "leaf1-eth3" in lab["leaf1"].cmd(route)
+        assert cross_pings_ok(lab)
+        lab.faults.link_up("leaf1", "spine2")
+        assert lab["leaf1"].cmd(route).count("nexthop via") == 2
 
-            assert wait_until(lambda: synced(mesh) is not None, 40, 0.5), mesh.state()
-            st = synced(mesh)
-            assert {p.poll() for p in mesh.procs.values()} == {None}
-            sync = scoring.sync_section(st.history, lab.clocks.specs, st.reference,
-                                        mesh.started_ns,
-                                        provisional_windows=st.drift_windows // 2)
-            # the bounds of test_agents' lab on one server (the same loaded-CI margins)
-            assert sync["offset_error_us"]["n"] >= 3 * 3, sync
-            assert sync["offset_error_us"]["p99"] < 20.0, sync
-            assert sync["drift_error_ppm"]["p99"] < 2.5, sync
-            mesh.stop()
-        finally:
-            lab.stop()
-        assert lab.leftovers == [], lab.leftovers
-        assert lab_namespaces() == [] and not os.path.exists(state_dir(LAB))
+        assert wait_until(lambda: synced(mesh) is not None, 40, 0.5), mesh.state()
+        st = synced(mesh)
+        assert {p.poll() for p in mesh.procs.values()} == {None}
+        sync = scoring.sync_section(st.history, lab.clocks.specs, st.reference,
+                                    mesh.started_ns,
+                                    provisional_windows=st.drift_windows // 2)
+        # the bounds of test_agents' lab on one server (the same loaded-CI margins)
+        assert sync["offset_error_us"]["n"] >= 3 * 3, sync
+        assert sync["offset_error_us"]["p99"] < 20.0, sync
+        assert sync["drift_error_ppm"]["p99"] < 2.5, sync
+        mesh.stop()
+    finally:
+        lab.stop()
+    assert lab.leftovers == [], lab.leftovers
+    assert lab_namespaces() == [] and not os.path.exists(state_dir(LAB))
 
-        # a crash: namespaces and a process left on both servers, a cgroup on s2, then
-        # nslab clean
-        servers = Servers(LAB, hosts, ssh_options)
-        servers.check()
-        for node, srv in (("leaf1", "s1"), ("spine1", "s2")):
-            ns = servers.add_netns(srv, node)
-            servers[srv].run(["sh", "-c", f"ip netns exec {ns} sleep 600 >/dev/null 2>&1 &"])
-        RemoteCgroups(servers["s2"], LAB).create_host("phys9")
-        servers.close()
-        assert len(lab_namespaces()) == 2
-        done = clean(LAB)
-        assert "netns nslab-t32-spine1 on s2" in done, done
-        assert any(d.startswith("cgroup ") and d.endswith("/nslab-t32-s2 on s2")
-                   for d in done), done
-        assert lab_namespaces() == [] and not os.path.exists(state_dir(LAB))
+    # a crash: namespaces and a process left on both servers, a cgroup on s2, then
+    # nslab clean
+    servers = Servers(LAB, hosts, ssh_options)
+    servers.check()
+    for node, srv in (("leaf1", "s1"), ("spine1", "s2")):
+        ns = servers.add_netns(srv, node)
+        servers[srv].run(["sh", "-c", f"ip netns exec {ns} sleep 600 >/dev/null 2>&1 &"])
+    RemoteCgroups(servers["s2"], LAB).create_host("phys9")
+    servers.close()
+    assert len(lab_namespaces()) == 2
+    done = clean(LAB)
+    assert "netns nslab-t32-spine1 on s2" in done, done
+    assert any(d.startswith("cgroup ") and d.endswith("/nslab-t32-s2 on s2")
+               for d in done), done
+    assert lab_namespaces() == [] and not os.path.exists(state_dir(LAB))
+
+
+SCENARIO = """name: t32run
+seed: 3
+duration_s: 10
+topology: {kind: leafspine, spines: 2, leaves: 2, vms_per_leaf: 2, host_bw: 100,
+           fabric_bw: FABRIC_BW}
+hosts: {cpu_cores: 0.5}
+agents: {enabled: true, rate: 20, window_s: 2}
+load:
+  - {src: vm1, dst: vm3, at_s: 1, duration_s: 3}
+faults:
+  - {at_s: 6, kind: link_down, link: [leaf1, spine2]}
+  - {at_s: 8, kind: link_up, link: [leaf1, spine2]}
+""".replace("FABRIC_BW", str(RATE))
+
+
+def test_nslab_run_with_servers_runs_a_scenario_across_them(dc, tmp_path):
+    hosts, ssh_options = dc
+    path, out = tmp_path / "split.yaml", tmp_path / "split.json"
+    path.write_text(SCENARIO)
+    # nslab runs on the first server: in its network namespace (nsenter keeps /sys)
+    r = subprocess.run(["nsenter", f"--net=/run/netns/{netns_name(DC, 's1')}", sys.executable,
+                        "-m", "cli.main", "run", str(path), "--json", str(out), "--servers",
+                        f"{hosts[0].address},{hosts[1].ssh}",
+                        *(f"--ssh-option={o}" for o in ssh_options)],
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert [c["server"] for c in doc["truth"]["servers"]] == [h.address for h in hosts]
+    assert doc["truth"]["server_sync_us"] > 0
+    assert "scores across servers good to" in r.stdout
+    (load,) = doc["load"]  # vm1 (first server) to vm3 (second): through a tunnel
+    assert load["error"] is None and load["mbit"] >= 0.9 * RATE, load
+    assert [(e["kind"], e["target"]) for e in doc["truth"]["faults"]
+            if e["kind"].startswith("link")] == [("link_down", "leaf1-spine2"),
+                                                 ("link_up", "leaf1-spine2")]
+    assert doc["sync"]["offset_error_us"]["n"] > 0, doc["sync"]
+    assert doc["sync"]["offset_error_us"]["p50"] < 2.0, doc["sync"]
+    assert doc["lab"]["fidelity"]["queues_error"] is None
+    assert doc["teardown"]["clean"] is True
+    assert lab_namespaces("t32run") == []
