@@ -135,7 +135,7 @@ class HostLayer:
                      tc.htb_line(intf.name, "1:1", f"1:{OTHER_MINOR:x}", mbit, verb="change")]
             for vm in self.members(nic.host):
                 lines += self._vm_lines(nic, intf, field, vm, verb="change")
-            tc.run_batch(intf.node.netns, "tc", lines)
+            intf.node.run_batch("tc", lines)
 
     def set_queue(self, nic: Nic) -> None:
         """Every queue of the NIC to its ``shaping``'s limit now (both directions).
@@ -145,7 +145,7 @@ class HostLayer:
         """
         for intf, _ in nic.directions():
             minors = [OTHER_MINOR] + [VM_MINOR + self._index[vm] for vm in self.members(nic.host)]
-            tc.run_batch(intf.node.netns, "tc", [
+            intf.node.run_batch("tc", [
                 line.replace("qdisc add", "qdisc replace", 1) for m in minors
                 for line in tc.leaf_line(intf.name, f"parent 1:{m:x}", f"{m:x}:", intf.shaping)])
 
@@ -173,9 +173,8 @@ class HostLayer:
         name = f"{new}-eth{port}"
         if nic_old.up.shaping.bw is not None:
             self._drop_vm(nic_old, vm)
-        tc.run_batch(src.netns, "ip", [f"link del {vm_end.shaper_name}",
-                                       f"link set dev {end.name} down",
-                                       f"link set dev {end.name} netns {dst.netns} name {name}"])
+        src.run_batch("ip", [f"link del {vm_end.shaper_name}", f"link set dev {end.name} down",
+                             f"link set dev {end.name} netns {dst.netns} name {name}"])
         src.delIntf(end)
         end.node, end.name = dst, name
         dst.addIntf(end, port=port, moveIntfFn=lambda *args: None)
@@ -189,13 +188,12 @@ class HostLayer:
         self.moves += 1
         if nic_new.up.shaping.bw is not None:
             for intf, field in nic_new.directions():
-                tc.run_batch(intf.node.netns, "tc",
-                             self._vm_lines(nic_new, intf, field, vm))
+                intf.node.run_batch("tc", self._vm_lines(nic_new, intf, field, vm))
 
     def _drop_vm(self, nic: Nic, vm: str) -> None:
         k = self._index[vm]
         for intf, _ in nic.directions():
-            tc.run_batch(intf.node.netns, "tc", [
+            intf.node.run_batch("tc", [
                 f"filter del dev {intf.name} parent 1: protocol ip prio 1 handle 800::{k + 1:x} "
                 "u32", f"class del dev {intf.name} classid 1:{VM_MINOR + k:x}"])
 

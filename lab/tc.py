@@ -332,6 +332,3 @@ def run_batch(netns: str, tool: str, lines: list[str]) -> None:
         raise LabError(f"{tool} in {netns} failed: {r.stderr.strip()}")
 
 
-def set_drop(netns: str, ifname: str, percent: float, tag: str = "loss") -> None:
-    """Apply ``drop_commands`` now (run time)."""
-    run_batch(netns, "nft", drop_commands(ifname, percent, tag))
