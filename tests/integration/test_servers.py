@@ -140,11 +140,11 @@ def test_a_lab_split_across_two_servers_pings_carries_tcp_reroutes_and_cleans_up
 SCENARIO = """name: t32run
 description: a lab split across two servers; vm1 runs the agents' coordinator
 seed: 3
-duration_s: 12
+duration_s: 16
 topology: {kind: leafspine, spines: 2, leaves: 2, vms_per_leaf: 2, host_bw: 100,
            fabric_bw: FABRIC_BW}
 hosts: {cpu_cores: 0.5}
-agents: {enabled: true, rate: 20, window_s: 2}
+agents: {enabled: true, rate: 20, window_s: 2, drift_windows: 3}
 load:
   - {src: vm1, dst: vm3, at_s: 1, duration_s: 3}
 faults:
