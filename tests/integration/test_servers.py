@@ -115,6 +115,18 @@ def test_a_lab_split_across_two_servers_pings_carries_tcp_reroutes_and_cleans_up
         lab.faults.link_up("leaf1", "spine2")
         assert lab["leaf1"].cmd(route).count("nexthop via") == 2
 
+        # VM faults on the remote server: a CPU hog there, a pause (its cgroup frozen there,
+        # its vNIC silenced), then both undone
+        ping = f"ping -c 1 -W 1 {lab['vm3'].IP()}"
+        lab.faults.cpu_hog("vm4")
+        hog = lab.faults.hogs["vm4"]
+        assert lab.cgroups.pids(lab.phys["vm4"], "vm4") != []
+        lab.faults.pause("vm3")
+        assert " 100% packet loss" in lab["vm1"].cmd(ping)
+        lab.faults.resume("vm3")
+        assert " 0% packet loss" in lab["vm1"].cmd(ping)
+        lab.faults.cpu_hog("vm4", enable=False)
+        assert hog.returncode is not None
     finally:
         lab.stop()
     assert lab.leftovers == [], lab.leftovers
