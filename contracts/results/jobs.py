@@ -92,7 +92,7 @@ class BalancerDaemon(Model):
     schema_: Literal["nslab.balancer/1"] = Field(alias="schema")
     polls: int = Field(description="sampling rounds of the VM's sockets")
     destinations: dict[str, BalancerDestination] = Field(description="by address")
-    connections: int = Field(description="connections pinned when it stopped")
+    connections: int = Field(description="connections it pinned (towards other leaves)")
     moves: int = Field(description="idle connections moved to a less loaded path")
     bytes_by_path: dict[str, dict[str, int]] = Field(
         description="per destination leaf (its routers), per DSCP: bytes acknowledged on "

@@ -128,8 +128,9 @@ class Pinner:
                 changed[key] = c.path
 
     def stats(self) -> dict:
-        """What it did: ``connections`` pinned now, ``moves`` (re-pins of idle connections)
-        and ``bytes_by_path`` (per destination leaf, per entropy value, bytes acknowledged)."""
-        return {"connections": len(self._conns), "moves": self.moves,
+        """What it did: ``connections`` pinned (every one seen towards another leaf),
+        ``moves`` (re-pins of idle connections) and ``bytes_by_path`` (per destination leaf,
+        per entropy value, bytes acknowledged)."""
+        return {"connections": sum(self._arrivals.values()), "moves": self.moves,
                 "bytes_by_path": {str(leaf): {str(p): b for p, b in sorted(paths.items())}
                                   for leaf, paths in self.load.items()}}
