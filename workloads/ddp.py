@@ -5,8 +5,9 @@ transformer encoder layer or a mixture-of-experts layer whose tokens move by ``a
 
 ``python -m workloads.ddp --config JSON|@PATH`` takes the same ``config.WorkerConfig`` as the
 collective worker, with ``job.collective = "ddp"`` (fields used: iterations, warmup, hidden,
-model, schedule, timeout_s, seed, conns_per_peer: gloo devices, ``gloo_devices``). With a ``schedule`` every iteration first waits for its
-slot (``schedule.Slots``, one line in the training loop). It joins the process group at the
+model, schedule, timeout_s, seed, and conns_per_peer: gloo devices, ``gloo_devices``). With a
+``schedule`` every iteration first waits for its slot (``schedule.Slots``, one line in the
+training loop). It joins the process group at the
 first peer's address (``init_method=tcp://``; rank 0 listens there), trains, and prints one
 ``nslab.worker/1`` document like the collective worker (same command line, watchdog, SIGTERM
 handling and exit status: ``worker.main``), plus ``framework`` and ``params``: per iteration

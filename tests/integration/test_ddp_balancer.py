@@ -2,18 +2,9 @@
 each VM pins gloo's connections (2 devices, so 2 connections per rank pair) to the spines, and
 the lab's counters on the leaf-spine links show equal bytes on both spines."""
 from session import jobs
-from session.lb import spine_bytes
+from session.lb import per_spine, spine_bytes
 from topo import LeafSpine
 from workloads.config import DDP, JobConfig
-
-
-def per_spine(lab, before):
-    after = spine_bytes(lab)
-    out: dict[str, int] = {}
-    for link, n in after.items():
-        spine = link.split("-", 1)[1]
-        out[spine] = out.get(spine, 0) + n - before[link]
-    return out
 
 
 def test_ddp_with_ethereal_puts_equal_bytes_on_both_spines(nslab_lab):
@@ -24,8 +15,7 @@ def test_ddp_with_ethereal_puts_equal_bytes_on_both_spines(nslab_lab):
                     balancer="ethereal", timeout_s=60)
     before = spine_bytes(lab)
     e = jobs.run(lab, "ddp_eth", cfg, vms)
-    spines = per_spine(lab, before)
-    print("ethereal per spine", spines, e["balancer_daemons"])
+    spines = per_spine(before, spine_bytes(lab))
     assert e["error"] is None and e["verified"] is True, e
     daemons = e["balancer_daemons"]
     assert set(daemons) == set(vms) and all(d and d["connections"] >= 2 for d in daemons.values())

@@ -2,7 +2,8 @@
 socket samples with known bytes, and its nftables lines (agents.balancer)."""
 import pytest
 
-from agents.balancer import pin_lines, table_lines
+from agents.balancer import Daemon, pin_lines, table_lines
+from contracts.results.jobs import BalancerDaemon
 from workloads.lb.pinning import Pinner, Sample
 
 LEAF, PATHS = ("10.0.0.9",), (1, 2)
@@ -88,3 +89,11 @@ def test_nft_lines_replace_a_pin_and_remove_a_gone_one():
         "add element ip nslab_balancer pins { 10.0.0.4 . 40002 . 7800 : goto dscp1 }"]
     assert in_map == {("10.0.0.2", 40000, 7800), ("10.0.0.4", 40002, 7800)}
     assert "add rule ip nslab_balancer dscp2 ip dscp set 2" in table_lines(2)
+
+
+def test_the_daemons_report_fits_the_results_contract():
+    d = Daemon(paths=2, offset=0, probe_timeout_s=0.1)
+    d.routes["10.2.1.2"] = (("10.254.0.4",), (1, 2))
+    d.pinner.update([Sample(("10.2.1.2", 40000, 7800), ("10.254.0.4",), (1, 2), 0, True)])
+    report = BalancerDaemon.model_validate(d.stats())
+    assert report.connections == 1 and report.destinations["10.2.1.2"].dscp == [1, 2]
