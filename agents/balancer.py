@@ -3,7 +3,8 @@
 It chooses the path of every TCP connection the VM's programs open (PyTorch's gloo, iperf3:
 programs nslab did not write) from outside them, seeing only the VM: its sockets
 (``sock_diag``, ``man 7 sock_diag``: destination, ports, bytes acknowledged, write queue),
-its own traceroute-style probes, and its own nftables. On a fabric that steers by entropy
+its own traceroute-style probes, and its own nftables. ``workloads.lb.sockdiag`` reads the
+sockets. On a fabric that steers by entropy
 value (the lab's ``entropy`` mode: DSCP k takes path slot k, ``lab.fabric``):
 
 * every new destination is probed once (``workloads.lb.paths``, DSCP 1..K, TTL up to 4):
@@ -24,21 +25,16 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 
-from pyroute2 import DiagSocket
-
-from workloads.lb.balancer import routes_from_hops
+from workloads.lb.balancer import FRAME_BYTES, routes_from_hops
 from workloads.lb.paths import discover
 from workloads.lb.pinning import Pinner, Sample
+from workloads.lb.sockdiag import SockDiag
 
 TABLE = "nslab_balancer"
-TCP_ESTABLISHED = 1
-INET_DIAG_INFO = 2  # extension bit: 1 << (INET_DIAG_INFO - 1)
 
 
 def table_lines(paths: int) -> list[str]:
@@ -82,25 +78,14 @@ def nft(lines: list[str]) -> None:
         raise RuntimeError(f"nft: {r.stderr.strip()}")
 
 
-def sockets(diag: DiagSocket) -> Iterator[tuple[str, int, int, int, bool]]:
-    """The VM's established IPv4 TCP connections: (destination, source port, destination
-    port, bytes acknowledged, idle: empty write queue)."""
-    for s in diag.get_sock_stats(family=socket.AF_INET, states=1 << TCP_ESTABLISHED,
-                                 extensions=1 << (INET_DIAG_INFO - 1)):
-        if s["idiag_dst"].startswith("127."):
-            continue
-        info = s.get_attr("INET_DIAG_INFO") or {}
-        yield (s["idiag_dst"], s["idiag_sport"], s["idiag_dport"],
-               info.get("tcpi_bytes_acked", 0), s["idiag_wqueue"] == 0)
-
-
 class Daemon:
     """The loop (module docstring). ``paths``: entropy values 1..paths to probe;
-    ``probe_timeout_s``: per probe."""
+    ``probe_timeout_s``: per probe; ``offset``, ``slack_bytes``: the ``Pinner``'s."""
 
-    def __init__(self, paths: int, offset: int, probe_timeout_s: float):
+    def __init__(self, paths: int, offset: int, probe_timeout_s: float,
+                 slack_bytes: int = 0):
         self.paths, self.probe_timeout_s = paths, probe_timeout_s
-        self.pinner = Pinner(offset)
+        self.pinner = Pinner(offset, slack_bytes)
         self.routes: dict[str, tuple] = {}  # destination -> (leaf, DSCPs)
         self.in_map: set = set()
         self.polls = 0
@@ -114,10 +99,10 @@ class Daemon:
             self.routes[dst] = (r.leaf[0], tuple(c + 1 for c in r.paths[0]))
         return self.routes[dst]
 
-    def poll(self, diag: DiagSocket) -> None:
+    def poll(self, diag: SockDiag) -> None:
         """One round: sample, choose, write the changes."""
-        samples = [Sample((d, sp, dp), *self.route(d), acked, idle)
-                   for d, sp, dp, acked, idle in sockets(diag)]
+        samples = [Sample((c.dst, c.sport, c.dport), *self.route(c.dst), c.acked, c.idle)
+                   for c in diag.established() if not c.dst.startswith("127.")]
         changed, gone = self.pinner.update(samples)
         lines = pin_lines(changed, gone, self.in_map)
         if lines:
@@ -151,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
                         "different ones)")
     p.add_argument("--poll-ms", type=float, default=10.0, help="sampling period, ms")
     p.add_argument("--probe-timeout", type=float, default=0.3, help="per probe, s")
+    p.add_argument("--slack", type=int, default=FRAME_BYTES,
+                   help="bytes by which an idle connection's path may exceed the least "
+                        "loaded one before it moves (fewer nftables updates)")
     args = p.parse_args(argv)
     if not 1 <= args.paths <= 63:
         p.error(f"--paths: {args.paths} is outside 1..63")
@@ -163,13 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"balancer: {e}", file=sys.stderr)
         return 1
     print("ready", flush=True)
-    daemon = Daemon(args.paths, args.offset, args.probe_timeout)
+    daemon = Daemon(args.paths, args.offset, args.probe_timeout, args.slack)
+    diag = SockDiag()
     try:
-        with DiagSocket() as diag:
-            diag.bind()
-            while not stop.wait(args.poll_ms / 1000):
-                daemon.poll(diag)
+        while not stop.wait(args.poll_ms / 1000):
+            daemon.poll(diag)
     finally:
+        diag.close()
         nft([f"add table ip {TABLE}", f"delete table ip {TABLE}"])
         print(json.dumps(daemon.stats()), flush=True)
     return 0

@@ -1,10 +1,14 @@
 """The balancer daemon's path choice per connection (workloads.lb.pinning) on synthetic
 socket samples with known bytes, and its nftables lines (agents.balancer)."""
+import socket
+import time
+
 import pytest
 
 from agents.balancer import Daemon, pin_lines, table_lines
 from contracts.results.jobs import BalancerDaemon
 from workloads.lb.pinning import Pinner, Sample
+from workloads.lb.sockdiag import Conn, SockDiag
 
 LEAF, PATHS = ("10.0.0.9",), (1, 2)
 
@@ -97,3 +101,33 @@ def test_the_daemons_report_fits_the_results_contract():
     d.pinner.update([Sample(("10.2.1.2", 40000, 7800), ("10.254.0.4",), (1, 2), 0, True)])
     report = BalancerDaemon.model_validate(d.stats())
     assert report.connections == 1 and report.destinations["10.2.1.2"].dscp == [1, 2]
+
+
+def test_slack_keeps_a_connection_whose_path_is_nearly_the_least_loaded():
+    p = Pinner(slack_bytes=1000)
+    p.update([sample("a", 0), sample("b", 0)])  # a:1 b:2
+    p.update([sample("a", 900), sample("b", 0, idle=False)])
+    assert p.pins == {"a": 1, "b": 2}  # 900 - 0 is within the slack
+    changed, _ = p.update([sample("a", 1900), sample("b", 0, idle=False)])
+    assert changed == {"a": 2}
+
+
+def test_sock_diag_reads_a_real_connection_on_loopback():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    diag = SockDiag()
+    with srv, socket.create_connection(srv.getsockname()) as c:
+        sport, dport = c.getsockname()[1], srv.getsockname()[1]
+        peer, _ = srv.accept()
+        with peer:
+            c.sendall(b"x" * 4000)
+            assert len(peer.recv(4000, socket.MSG_WAITALL)) == 4000
+            deadline = time.monotonic() + 2  # the receiver's ACK may be delayed (40 ms)
+            while True:
+                mine = [x for x in diag.established() if x.sport == sport]
+                if mine and mine[0].idle or time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+    diag.close()
+    assert mine == [Conn("127.0.0.1", sport, dport, 4001, True)]  # the SYN counts one

@@ -13,9 +13,10 @@ Per destination leaf (peers in the source's own leaf go direct, unpinned):
   unsent (idle: moving it reorders nothing) is pinned to the path that has carried the fewest
   bytes towards its leaf so far: whichever of them sends the next burst, it goes where the
   bytes are fewest, which keeps Ethereal's goal of equal bytes on every path. A connection
-  stays where it is when its path is among the least loaded. Connections that burst at once
-  share that path, and the next bursts go elsewhere: the paths differ by about one round of
-  simultaneous bursts (more when a connection starts sending between two samples).
+  stays where it is while its path is within ``slack_bytes`` of the least loaded.
+  Connections that burst at once share that path, and the next bursts go elsewhere: the
+  paths differ by about one round of simultaneous bursts (more when a connection starts
+  sending between two samples).
 
 Bytes are charged to the path a connection was on when they were acknowledged
 (``tcpi_bytes_acked``); a connection moves only when idle, so every acknowledged byte of a
@@ -62,12 +63,14 @@ class Pinner:
     """The daemon's choices (module docstring); ``update`` once per poll.
 
     Args:
-        offset: where every leaf's round-robin starts (the daemon derives it from the VM's
-            address, so VMs of one leaf do not all start on the same spine).
+        offset: where every leaf's round-robin starts (give the VMs of one leaf different
+            ones, so they do not all start on the same spine).
+        slack_bytes: an idle connection moves only when its path carried more than this
+            beyond the least loaded one (0: whenever it is not among the least loaded).
     """
 
-    def __init__(self, offset: int = 0):
-        self.offset = offset
+    def __init__(self, offset: int = 0, slack_bytes: int = 0):
+        self.offset, self.slack_bytes = offset, slack_bytes
         self.pins: dict[Key, int] = {}
         self.load: dict[Hashable, dict[int, int]] = {}
         self.moves = 0
@@ -122,7 +125,7 @@ class Pinner:
             c = self._conns[key]
             cost = {p: load.get(p, 0) for p in paths}
             least = min(cost.values())
-            if cost.get(c.path) != least:
+            if cost.get(c.path, least + self.slack_bytes + 1) > least + self.slack_bytes:
                 self.moves += key not in changed  # a new connection's first pin is no move
                 c.path = next(p for p in paths if cost[p] == least)
                 changed[key] = c.path
