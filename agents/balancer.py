@@ -3,11 +3,12 @@
 It chooses the path of every TCP connection the VM's programs open (PyTorch's gloo, iperf3:
 programs nslab did not write) from outside them, seeing only the VM: its sockets
 (``sock_diag``, ``man 7 sock_diag``: destination, ports, bytes acknowledged, write queue),
-its own traceroute-style probes, and its own nftables. ``workloads.lb.sockdiag`` reads the
-sockets. On a fabric that steers by entropy
-value (the lab's ``entropy`` mode: DSCP k takes path slot k, ``lab.fabric``):
+its own traceroute-style probes, and its own nftables (``workloads.lb.sockdiag`` reads the
+sockets). On a fabric that steers by entropy value (the lab's ``entropy`` mode: DSCP k takes
+path slot k, ``lab.fabric``):
 
-* every new destination is probed once (``workloads.lb.paths``, DSCP 1..K, TTL up to 4):
+* every destination is probed once (``workloads.lb.paths``, DSCP 1..K, TTL up to 4; those
+  given with ``--peers`` before it says ready, the others when their first connection shows):
   its leaf (the last routers before it; none when it is in the VM's own leaf) and one DSCP
   per distinct spine (``workloads.lb.balancer.routes_from_hops``);
 * every ``poll`` the connections go through ``workloads.lb.pinning.Pinner`` (Ethereal's
@@ -17,8 +18,9 @@ value (the lab's ``entropy`` mode: DSCP k takes path slot k, ``lab.fabric``):
   priority mangle): ``ip daddr . tcp sport . tcp dport vmap @pins`` jumps to a chain that
   sets the DSCP. Connections without a pin keep the program's DSCP (0: the fabric hashes).
 
-It writes ``ready`` on stdout once the table is in place; on SIGTERM or SIGINT it removes the
-table and writes one JSON line (``stats``) and exits 0. Exit 1: nft refused the table.
+It writes ``ready`` on stdout once the table is in place and ``--peers`` probed; on SIGTERM
+or SIGINT it removes the table, writes one JSON line (``stats``) and exits 0. Exit 1: nft
+refused the table.
 """
 from __future__ import annotations
 
@@ -134,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--offset", type=int, default=0,
                    help="where every leaf's round-robin starts (give VMs of one leaf "
                         "different ones)")
+    p.add_argument("--peers", default="",
+                   help="addresses to probe before 'ready' (comma-separated): their "
+                        "connections are pinned from their first poll")
     p.add_argument("--poll-ms", type=float, default=10.0, help="sampling period, ms")
     p.add_argument("--probe-timeout", type=float, default=0.3, help="per probe, s")
     p.add_argument("--slack", type=int, default=FRAME_BYTES,
@@ -150,8 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as e:
         print(f"balancer: {e}", file=sys.stderr)
         return 1
-    print("ready", flush=True)
     daemon = Daemon(args.paths, args.offset, args.probe_timeout, args.slack)
+    for peer in filter(None, args.peers.split(",")):
+        daemon.route(peer)
+    print("ready", flush=True)
     diag = SockDiag()
     try:
         while not stop.wait(args.poll_ms / 1000):

@@ -44,7 +44,7 @@ __all__ = ["DDP", "PORT", "VmJob", "collocation_aware", "finish", "launch", "nai
 JOB_SERIES_POINTS = 1000
 """At most this many points in a job entry's ``iteration_times_s`` and ``comm_times_s``."""
 PORT = 7800  # every rank listens on this port of its VM (DDP: rank 0's is the rendezvous)
-DAEMON_READY_S = 10.0
+DAEMON_READY_S = 30.0
 """How long a balancer daemon may take to put its nftables table in place, s."""
 
 
@@ -129,7 +129,9 @@ class VmJob(Job):
         if c.collective == DDP and c.balancer != "none":
             argv = [sys.executable, "-m", "agents.balancer", "--paths", str(c.conns_per_peer)]
             for i, v in enumerate(self.vms):
-                self._daemons[v] = self.lab[v].popen(argv + ["--offset", str(i)],
+                peers = ",".join(self.lab[u].IP() for u in self.vms if u != v)
+                self._daemons[v] = self.lab[v].popen(argv + ["--offset", str(i),
+                                                             "--peers", peers],
                                                      stdout=subprocess.PIPE,
                                                      stderr=subprocess.PIPE, text=True)
             deadline = time.monotonic() + DAEMON_READY_S
