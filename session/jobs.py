@@ -13,9 +13,9 @@ policies:
 
 The truth then says whether the choice was right (``shared_host_ranks``).
 
-A ``ddp`` job with a ``balancer`` gets the balancer daemon (``python -m agents.balancer``) in
+A ``ddp`` job with a ``balancer`` gets the balancer daemon (``python -m workloads.lb.daemon``) in
 each of its VMs for its run, started before its ranks and stopped after them: PyTorch opens
-its own connections, so the VM's daemon pins each one to a path (``agents.balancer``); the
+its own connections, so the VM's daemon pins each one to a path (``workloads.lb.daemon``); the
 ranks use ``conns_per_peer`` gloo devices (``workloads.ddp.gloo_devices``).
 """
 from __future__ import annotations
@@ -127,7 +127,7 @@ class VmJob(Job):
             LabError: a daemon did not get ready within ``DAEMON_READY_S`` (its stderr)."""
         c = self.config
         if c.collective == DDP and c.balancer != "none":
-            argv = [sys.executable, "-m", "agents.balancer", "--paths", str(c.conns_per_peer)]
+            argv = [sys.executable, "-m", "workloads.lb.daemon", "--paths", str(c.conns_per_peer)]
             for i, v in enumerate(self.vms):
                 peers = ",".join(self.lab[u].IP() for u in self.vms if u != v)
                 self._daemons[v] = self.lab[v].popen(argv + ["--offset", str(i),
@@ -217,7 +217,7 @@ def run(lab: Lab, name: str, config: JobConfig, vms: Sequence[str]) -> dict:
         its slowest rank, s; at most ``JOB_SERIES_POINTS``, each the largest of a run of
         consecutive iterations when more), algbw_bit_s, busbw_bit_s, wall_s, verified, error,
         failed_ranks, placement {vms, phys, shared_host_ranks}, balancer_daemons (a ddp
-        job's balancer daemons' reports by VM, ``agents.balancer``; None without); job
+        job's balancer daemons' reports by VM, ``workloads.lb.daemon``; None without); job
         failures are in ``error``.
 
     Raises:

@@ -45,7 +45,7 @@ DEFAULT_HIDDEN = 256
 NCCL_ONLY = ("dtype", "op", "root", "compute_units", "gpu_s", "src_port_base", "dscp", "cc",
              "connect_timeout_s", "algo")
 DDP_BALANCERS = ("none", "ethereal")
-"""Balancers of a ddp job: the VMs' balancer daemon (``agents.balancer``) pins whole
+"""Balancers of a ddp job: the VMs' balancer daemon (``workloads.lb.daemon``) pins whole
 connections, which Ethereal's rule fits; REPS chooses per frame inside nslab's transport."""
 # fields a trace job does not use (its sizes and compute come from the trace)
 NOT_FOR_TRACE = ("bytes", "count", "dtype", "op", "root", "compute_units", "gpu_s", "hidden",
@@ -118,7 +118,7 @@ class JobConfig(BaseModel):
         "equal bytes per path) or reps (recycled clean entropy values per frame) chooses the "
         "connection of every frame; needs conns_per_peer >= 2 (one per path) and no dscp. "
         "ddp: none or ethereal, by the balancer daemon in every VM of the job "
-        "(agents.balancer), which sets the DSCP of each of gloo's connections")
+        "(workloads.lb.daemon), which sets the DSCP of each of gloo's connections")
     cc: CongestionControl | None = Field(
         None, description="TCP congestion control of the job's connections (TCP_CONGESTION, "
         "tcp(7)); null: the VM's default")

@@ -86,7 +86,7 @@ class BalancerDestination(Model):
 
 
 class BalancerDaemon(Model):
-    """The report of one VM's balancer daemon (``agents.balancer``, schema nslab.balancer/1)
+    """The report of one VM's balancer daemon (``workloads.lb.daemon``, schema nslab.balancer/1)
     when it stopped."""
 
     schema_: Literal["nslab.balancer/1"] = Field(alias="schema")

@@ -1,12 +1,12 @@
 """The balancer daemon's path choice per connection (workloads.lb.pinning) on synthetic
-socket samples with known bytes, and its nftables lines (agents.balancer)."""
+socket samples with known bytes, and its nftables lines (workloads.lb.daemon)."""
 import socket
 import time
 
 import pytest
 
-from agents.balancer import Daemon, pin_lines, table_lines
 from contracts.results.jobs import BalancerDaemon
+from workloads.lb.daemon import Daemon, pin_lines, table_lines
 from workloads.lb.pinning import Pinner, Sample
 from workloads.lb.sockdiag import Conn, SockDiag
 

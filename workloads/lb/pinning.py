@@ -1,5 +1,5 @@
 """Path choice per TCP connection for programs that open their own connections (PyTorch's
-gloo, iperf3): the pure logic of the balancer daemon (``agents.balancer``), which sees the
+gloo, iperf3): the pure logic of the balancer daemon (``workloads.lb.daemon``), which sees the
 VM's sockets and sets each connection's entropy value (DSCP) from outside the program.
 
 Per destination leaf (peers in the source's own leaf go direct, unpinned):

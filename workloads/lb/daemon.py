@@ -1,4 +1,4 @@
-"""The balancer daemon of one VM: ``python -m agents.balancer --paths K``.
+"""The balancer daemon of one VM: ``python -m workloads.lb.daemon --paths K``.
 
 It chooses the path of every TCP connection the VM's programs open (PyTorch's gloo, iperf3:
 programs nslab did not write) from outside them, seeing only the VM: its sockets
@@ -124,7 +124,7 @@ class Daemon:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m agents.balancer",
+        prog="python -m workloads.lb.daemon",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Choose the path (DSCP) of every TCP connection of this VM: Ethereal's "
                     "round-robin per destination leaf for new connections, idle connections "
