@@ -2,7 +2,7 @@
 (``balancer: ethereal``, fabric mode entropy) beside plain ECMP (the fabric's hash), the same
 job with the same gloo devices, interleaved on one lab.
 
-    sudo .venv/bin/python benchmarks/ddp_balancer.py [--rounds 5] [--iterations 20]
+    sudo .venv/bin/python benchmarks/ddp_balancer.py [--rounds 5] [--iterations 40]
         [--devices 2] [--model mlp] [--hidden 256]
 
 Per run: imbalance = max / mean of the bytes each spine carried (both leaf-spine links of the
@@ -32,7 +32,7 @@ ARMS = {"ethereal": ("entropy", "ethereal"), "ecmp": ("ecmp", "none")}
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--iterations", type=int, default=40)
     ap.add_argument("--devices", type=int, default=2, help="gloo devices (conns_per_peer)")
     ap.add_argument("--model", default="mlp")
     ap.add_argument("--hidden", type=int, default=256)

@@ -11,10 +11,10 @@ def test_ddp_with_ethereal_puts_equal_bytes_on_both_spines(nslab_lab):
     lab = nslab_lab(LeafSpine(spines=2, leaves=2, vms_per_leaf=2, host_bw=100, fabric_bw=100),
                     name="it_ddplb", fabric="entropy")
     vms = ["vm1", "vm2", "vm3", "vm4"]  # ring 0-1-2-3: two of its edges cross the spines
-    # a daemon balances whole bursts (a collective's piece between two idle moments), so
-    # each VM's spines differ by up to one burst: 20 iterations keep two VMs' worth of
-    # bursts within a few percent of the bytes
-    cfg = JobConfig(collective=DDP, iterations=20, warmup=1, conns_per_peer=2,
+    # a daemon moves whole bursts, and DDP's two gradient buckets go out at once on the two
+    # contexts' connections: a VM's spines differ by up to about one iteration's bytes
+    # (~0.5 MB here), a few percent of 40 iterations' (~20 MB per VM)
+    cfg = JobConfig(collective=DDP, iterations=40, warmup=1, conns_per_peer=2,
                     balancer="ethereal", timeout_s=60)
     before = spine_bytes(lab)
     e = jobs.run(lab, "ddp_eth", cfg, vms)
