@@ -8,7 +8,7 @@ import pytest
 from contracts.results.jobs import BalancerDaemon
 from workloads.lb.daemon import Daemon, pin_lines, table_lines
 from workloads.lb.pinning import Pinner, Sample
-from workloads.lb.sockdiag import Conn, SockDiag
+from workloads.lb.sockdiag import SockDiag
 
 LEAF, PATHS = ("10.0.0.9",), (1, 2)
 
@@ -130,4 +130,7 @@ def test_sock_diag_reads_a_real_connection_on_loopback():
                     break
                 time.sleep(0.01)
     diag.close()
-    assert mine == [Conn("127.0.0.1", sport, dport, 4001, True)]  # the SYN counts one
+    (conn,) = mine
+    assert (conn.dst, conn.sport, conn.dport, conn.idle) == ("127.0.0.1", sport, dport, True)
+    assert conn.acked == 4001  # the SYN counts one
+    assert conn.segs_out >= 2 and conn.wire_bytes == 4001 + 66 * conn.segs_out

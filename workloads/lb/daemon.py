@@ -2,9 +2,9 @@
 
 It chooses the path of every TCP connection the VM's programs open (PyTorch's gloo, iperf3:
 programs nslab did not write) from outside them, seeing only the VM: its sockets
-(``sock_diag``, ``man 7 sock_diag``: destination, ports, bytes acknowledged, write queue),
-its own traceroute-style probes, and its own nftables (``workloads.lb.sockdiag`` reads the
-sockets). On a fabric that steers by entropy value (the lab's ``entropy`` mode: DSCP k takes
+(``sock_diag``, ``man 7 sock_diag``: destination, ports, bytes acknowledged, segments sent,
+write queue; ``workloads.lb.sockdiag``), its own traceroute-style probes, and its own
+nftables. On a fabric that steers by entropy value (the lab's ``entropy`` mode: DSCP k takes
 path slot k, ``lab.fabric``):
 
 * every destination is probed once (``workloads.lb.paths``, DSCP 1..K, TTL up to 4; those
@@ -103,7 +103,7 @@ class Daemon:
 
     def poll(self, diag: SockDiag) -> None:
         """One round: sample, choose, write the changes."""
-        samples = [Sample((c.dst, c.sport, c.dport), *self.route(c.dst), c.acked, c.idle)
+        samples = [Sample((c.dst, c.sport, c.dport), *self.route(c.dst), c.wire_bytes, c.idle)
                    for c in diag.established() if not c.dst.startswith("127.")]
         changed, gone = self.pinner.update(samples)
         lines = pin_lines(changed, gone, self.in_map)

@@ -18,9 +18,10 @@ Per destination leaf (peers in the source's own leaf go direct, unpinned):
   paths differ by about one round of simultaneous bursts (more when a connection starts
   sending between two samples).
 
-Bytes are charged to the path a connection was on when they were acknowledged
-(``tcpi_bytes_acked``); a connection moves only when idle, so every acknowledged byte of a
-burst crossed the path it is charged to.
+Bytes are charged to the path a connection was on when they were counted (payload when
+acknowledged, ``tcpi_bytes_acked``, and every segment's headers, so a connection that only
+acknowledges a peer's data weighs its ACKs); a connection moves only when idle, so every
+counted byte of a burst crossed the path it is charged to.
 """
 from __future__ import annotations
 
@@ -41,14 +42,15 @@ class Sample:
         leaf: its destination leaf (any hashable), or None when the destination is in the
             source's own leaf (no spine on the way: never pinned).
         paths: the entropy values (DSCP) that take distinct spines towards that leaf.
-        acked: bytes the peer acknowledged so far (``tcpi_bytes_acked``).
+        sent: bytes sent so far on the wire (the daemon: payload acknowledged,
+            ``tcpi_bytes_acked``, plus the headers of every segment sent, pure ACKs too).
         idle: nothing unacknowledged or unsent (the socket's write queue is empty).
     """
 
     key: Key
     leaf: Hashable | None
     paths: tuple[int, ...]
-    acked: int
+    sent: int
     idle: bool
 
 
@@ -56,7 +58,7 @@ class Sample:
 class _Conn:
     leaf: Hashable
     path: int
-    last: int  # acked at the previous sample
+    last: int  # sent at the previous sample
 
 
 class Pinner:
@@ -102,10 +104,10 @@ class Pinner:
                 n = self._arrivals.get(s.leaf, 0)
                 self._arrivals[s.leaf] = n + 1
                 c = self._conns[s.key] = _Conn(s.leaf, s.paths[(self.offset + n) % len(s.paths)],
-                                               s.acked)
+                                               s.sent)
                 changed[s.key] = c.path
-            load[c.path] = load.get(c.path, 0) + max(0, s.acked - c.last)
-            c.last = s.acked
+            load[c.path] = load.get(c.path, 0) + max(0, s.sent - c.last)
+            c.last = s.sent
             if s.idle:
                 idle.setdefault(s.leaf, []).append((s.key, s.paths))
         for leaf, conns in idle.items():
@@ -133,7 +135,7 @@ class Pinner:
     def stats(self) -> dict:
         """What it did: ``connections`` pinned (every one seen towards another leaf),
         ``moves`` (re-pins of idle connections) and ``bytes_by_path`` (per destination leaf,
-        per entropy value, bytes acknowledged)."""
+        per entropy value, bytes sent: payload and headers)."""
         return {"connections": sum(self._arrivals.values()), "moves": self.moves,
                 "bytes_by_path": {str(leaf): {str(p): b for p, b in sorted(paths.items())}
                                   for leaf, paths in self.load.items()}}

@@ -1,11 +1,11 @@
 """The established IPv4 TCP connections of this network namespace, by one ``sock_diag`` dump
-(``man 7 sock_diag``): destination, ports, bytes acknowledged and whether anything waits to be
-sent or acknowledged.
+(``man 7 sock_diag``): destination, ports, bytes acknowledged, segments sent and whether
+anything waits to be sent or acknowledged.
 
 The balancer daemon reads them every few milliseconds; pyroute2's ``DiagSocket`` parses a
 dump of two dozen sockets in about 5 ms of CPU, so this reads the few fixed fields with
-``struct`` (layouts: ``include/uapi/linux/inet_diag.h``, ``netlink.h``; ``tcp_info``'s offset
-of ``tcpi_bytes_acked``: ``workloads.lb.tcpinfo``).
+``struct`` (layouts: ``include/uapi/linux/inet_diag.h``, ``netlink.h``; ``tcp_info``'s offsets
+of ``tcpi_bytes_acked`` and ``tcpi_segs_out``: ``include/uapi/linux/tcp.h``).
 """
 from __future__ import annotations
 
@@ -25,21 +25,32 @@ _NLMSG = struct.Struct("=IHHII")
 _REQ = struct.Struct("=BBBxI48x")  # inet_diag_req_v2 with a zero inet_diag_sockid
 _MSG = struct.Struct("=BBBB HH 16s 16s I 8x IIIII")  # inet_diag_msg (ports big-endian)
 _RTA = struct.Struct("=HH")
-_BYTES_ACKED = struct.Struct("=Q")
+_ACKED_SEGS = struct.Struct("=Q8xI")  # tcpi_bytes_acked, tcpi_bytes_received, tcpi_segs_out
 BYTES_ACKED_OFFSET = 120
+WIRE_HEADER_BYTES = 66
+"""Bytes of a segment on the wire besides its payload: Ethernet 14, IPv4 20, TCP 20 and the
+timestamp option 12 (what an interface's byte counter adds per packet)."""
 
 
 @dataclass(frozen=True)
 class Conn:
     """One connection: ``dst`` address, ``sport`` and ``dport``, ``acked`` (bytes the peer
-    acknowledged; 0 when the kernel's ``tcp_info`` is too short) and ``idle`` (the write queue,
-    sent-unacknowledged plus unsent bytes, is empty)."""
+    acknowledged) and ``segs_out`` (segments sent, pure ACKs too; both 0 when the kernel's
+    ``tcp_info`` is too short), and ``idle`` (the write queue, sent-unacknowledged plus unsent
+    bytes, is empty)."""
 
     dst: str
     sport: int
     dport: int
     acked: int
+    segs_out: int
     idle: bool
+
+    @property
+    def wire_bytes(self) -> int:
+        """Bytes it sent on the wire, about: payload acknowledged plus every segment's
+        headers (``WIRE_HEADER_BYTES``)."""
+        return self.acked + WIRE_HEADER_BYTES * self.segs_out
 
 
 def parse(data: bytes) -> tuple[list[Conn], bool]:
@@ -58,16 +69,17 @@ def parse(data: bytes) -> tuple[list[Conn], bool]:
             raise OSError(err, f"sock_diag: {os.strerror(err)}")
         body = off + _NLMSG.size
         (_, _, _, _, sport, dport, _, dst, _, _, _, wqueue, _, _) = _MSG.unpack_from(data, body)
-        acked, a = 0, body + _MSG.size
+        acked = segs = 0
+        a = body + _MSG.size
         while a + _RTA.size <= off + length:
             rlen, rtype = _RTA.unpack_from(data, a)
             if rlen < _RTA.size:
                 break
-            if rtype == INET_DIAG_INFO and rlen >= _RTA.size + BYTES_ACKED_OFFSET + 8:
-                acked = _BYTES_ACKED.unpack_from(data, a + _RTA.size + BYTES_ACKED_OFFSET)[0]
+            if rtype == INET_DIAG_INFO and rlen >= _RTA.size + BYTES_ACKED_OFFSET + 20:
+                acked, segs = _ACKED_SEGS.unpack_from(data, a + _RTA.size + BYTES_ACKED_OFFSET)
             a += (rlen + 3) & ~3
         out.append(Conn(socket.inet_ntoa(dst[:4]), socket.ntohs(sport), socket.ntohs(dport),
-                        acked, wqueue == 0))
+                        acked, segs, wqueue == 0))
         off += (length + 3) & ~3
     return out, False
 
