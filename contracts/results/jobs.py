@@ -95,8 +95,9 @@ class BalancerDaemon(Model):
     connections: int = Field(description="connections it pinned (towards other leaves)")
     moves: int = Field(description="idle connections moved to a less loaded path")
     bytes_by_path: dict[str, dict[str, int]] = Field(
-        description="per destination leaf (its routers), per DSCP: bytes acknowledged on "
-        "the connections while pinned there")
+        description="per destination leaf (the daemon's number for it), per DSCP: bytes "
+        "its connections sent while pinned there (payload acknowledged and every segment's "
+        "headers)")
 
 
 class JobEntry(Model):

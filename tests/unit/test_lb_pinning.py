@@ -134,3 +134,10 @@ def test_sock_diag_reads_a_real_connection_on_loopback():
     assert (conn.dst, conn.sport, conn.dport, conn.idle) == ("127.0.0.1", sport, dport, True)
     assert conn.acked == 4001  # the SYN counts one
     assert conn.segs_out >= 2 and conn.wire_bytes == 4001 + 66 * conn.segs_out
+
+
+def test_leaf_addresses_that_overlap_are_one_leaf():
+    d = Daemon(paths=2, offset=0, probe_timeout_s=0.1)
+    # a leaf answers from the address of the link a probe came in on; one answer was lost
+    assert [d.leaf_number(r) for r in (("10.254.0.4", "10.254.0.6"), ("10.254.0.6",),
+                                       ("10.254.0.0",), ("10.254.0.4",), ())] == [0, 0, 1, 0, 2]

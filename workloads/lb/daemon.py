@@ -90,16 +90,31 @@ class Daemon:
         self.pinner = Pinner(offset, slack_bytes)
         self.routes: dict[str, tuple] = {}  # destination -> (leaf, DSCPs)
         self.in_map: set = set()
+        self.leaves: list[set[str]] = []
         self.polls = 0
 
     def route(self, dst: str) -> tuple:
-        """(leaf key or None, DSCPs of distinct spines) towards ``dst``, probed once."""
+        """(leaf number or None in the own leaf, DSCPs of distinct spines) towards ``dst``,
+        probed once."""
         if dst not in self.routes:
             hops = discover(dst, list(range(1, self.paths + 1)), max_ttl=4,
                             timeout_s=self.probe_timeout_s)
             r = routes_from_hops({0: hops}, self.paths)
             self.routes[dst] = (r.leaf[0], tuple(c + 1 for c in r.paths[0]))
-        return self.routes[dst]
+        leaf, dscp = self.routes[dst]
+        return (None if leaf is None else self.leaf_number(leaf)), dscp
+
+    def leaf_number(self, routers: tuple[str, ...]) -> int:
+        """The number of the leaf whose answering addresses ``routers`` are: the first known
+        leaf that shares one of them (a leaf answers from the address of the link a probe
+        came in on, and a probe its ICMP rate limit drops leaves that address out), else a
+        new one. Addresses that answered nothing share one number."""
+        for i, known in enumerate(self.leaves):
+            if known & set(routers) or known == set(routers):
+                known.update(routers)
+                return i
+        self.leaves.append(set(routers))
+        return len(self.leaves) - 1
 
     def poll(self, diag: SockDiag) -> None:
         """One round: sample, choose, write the changes."""
