@@ -190,6 +190,10 @@ def _jobs(sc: Scenario, topo: Topo | None) -> list[Explained]:
             out.append(Explained(("jobs", i, "ranks"), f"{job.ranks} ranks but the topology "
                                                        f"has {n_vms} VMs (one rank per VM)",
                                  f"at most ranks: {n_vms}"))
+        if job.balancer != "none" and sc.fabric is not None and sc.fabric.mode != "entropy":
+            out.append(Explained(("jobs", i, "balancer"), f"{job.balancer} steers by DSCP, which "
+                                 f"fabric mode {sc.fabric.mode} ignores",
+                                 "set fabric: {mode: entropy}"))
         try:
             job.count_for(job.ranks)
         except ValueError as e:

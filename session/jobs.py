@@ -12,11 +12,21 @@ policies:
     * an explicit list of VM names.
 
 The truth then says whether the choice was right (``shared_host_ranks``).
+
+A ``ddp`` job with a ``balancer`` gets the balancer daemon (``python -m workloads.lb.daemon``) in
+each of its VMs for its run, started before its ranks and stopped after them: PyTorch opens
+its own connections, so the VM's daemon pins each one to a path (``workloads.lb.daemon``); the
+ranks use ``conns_per_peer`` gloo devices (``workloads.ddp.gloo_devices``).
 """
 from __future__ import annotations
 
 import contextlib
+import json
+import select
+import signal
 import subprocess
+import sys
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -28,12 +38,14 @@ from workloads.job import Job, Spawn
 if TYPE_CHECKING:  # pragma: no cover
     from lab.lab import Lab
 
-__all__ = ["DDP", "PORT", "collocation_aware", "finish", "launch", "naive", "run",
+__all__ = ["DDP", "PORT", "VmJob", "collocation_aware", "finish", "launch", "naive", "run",
            "run_together", "shared_host_ranks", "vm_spawn"]
 
 JOB_SERIES_POINTS = 1000
 """At most this many points in a job entry's ``iteration_times_s`` and ``comm_times_s``."""
 PORT = 7800  # every rank listens on this port of its VM (DDP: rank 0's is the rendezvous)
+DAEMON_READY_S = 30.0
+"""How long a balancer daemon may take to put its nftables table in place, s."""
 
 
 def naive(vms: Sequence[str], ranks: int) -> list[str]:
@@ -84,7 +96,72 @@ def vm_spawn(lab: Lab, vms: Sequence[str]) -> Spawn:
     return spawn
 
 
-def launch(lab: Lab, name: str, config: JobConfig, vms: Sequence[str]) -> Job:
+def _stop_daemon(proc: subprocess.Popen) -> dict | None:
+    """SIGTERM a balancer daemon and return its JSON report (None without one)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    lines = [ln for ln in (out or "").splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+
+
+class VmJob(Job):
+    """A ``Job`` whose rank ``r`` runs in VM ``vms[r]``, with the balancer daemons of a ddp
+    job around its ranks (``daemons``: their reports by VM after ``wait``)."""
+
+    def __init__(self, lab: Lab, name: str, config: JobConfig, vms: Sequence[str]):
+        addresses = [f"{lab[v].IP()}:{PORT}" for v in vms]
+        super().__init__(name, config, addresses, spawn=vm_spawn(lab, vms), placement=list(vms))
+        self.lab, self.vms = lab, list(vms)
+        self._daemons: dict[str, subprocess.Popen] = {}
+        self.daemons: dict[str, dict | None] | None = None
+
+    def start(self) -> VmJob:
+        """Start the balancer daemons (ddp with a balancer), then the ranks.
+
+        Raises:
+            LabError: a daemon did not get ready within ``DAEMON_READY_S`` (its stderr)."""
+        c = self.config
+        if c.collective == DDP and c.balancer != "none":
+            argv = [sys.executable, "-m", "workloads.lb.daemon", "--paths", str(c.conns_per_peer)]
+            for i, v in enumerate(self.vms):
+                peers = ",".join(self.lab[u].IP() for u in self.vms if u != v)
+                self._daemons[v] = self.lab[v].popen(argv + ["--offset", str(i),
+                                                             "--peers", peers],
+                                                     stdout=subprocess.PIPE,
+                                                     stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + DAEMON_READY_S
+            for v, proc in self._daemons.items():
+                ready = select.select([proc.stdout], [], [],
+                                      max(0.0, deadline - time.monotonic()))[0]
+                if not ready or proc.stdout.readline().strip() != "ready":
+                    self._stop_daemons()
+                    err = proc.stderr.read().strip() if proc.poll() is not None else ""
+                    raise LabError(f"job {self.name}: the balancer daemon in {v} did not "
+                                   f"start{': ' + err if err else ''}")
+        super().start()
+        return self
+
+    def _stop_daemons(self) -> None:
+        if self._daemons:
+            self.daemons = {v: _stop_daemon(p) for v, p in self._daemons.items()}
+            self._daemons = {}
+
+    def wait(self) -> dict:
+        summary = super().wait()
+        self._stop_daemons()
+        return summary
+
+    def close(self) -> None:
+        self._stop_daemons()
+        super().close()
+
+
+def launch(lab: Lab, name: str, config: JobConfig, vms: Sequence[str]) -> VmJob:
     """Start a job with rank ``r`` in VM ``vms[r]`` (listening on ``PORT`` of its VM's
     address) and stamp ``job_start`` (collective, vms); ``finish`` waits for it. The caller
     closes the returned ``Job`` (a context manager).
@@ -93,14 +170,14 @@ def launch(lab: Lab, name: str, config: JobConfig, vms: Sequence[str]) -> Job:
         ValueError: ``config`` does not fit ``len(vms)`` ranks (root, size, source ports);
             nothing was started or stamped.
         KeyError: a VM name the lab does not have.
+        LabError: a ddp job's balancer daemon did not start.
     """
-    addresses = [f"{lab[v].IP()}:{PORT}" for v in vms]
-    job = Job(name, config, addresses, spawn=vm_spawn(lab, vms), placement=list(vms))
+    job = VmJob(lab, name, config, vms)
     lab.stamp("job_start", name, collective=job.config.collective, vms=list(vms))
     return job.start()
 
 
-def finish(lab: Lab, job: Job) -> dict:
+def finish(lab: Lab, job: VmJob) -> dict:
     """Wait for a ``launch``ed job, stamp ``job_end`` (completion_s, error) and return its
     ``jobs`` results entry (see ``run``); ``job.wait()`` keeps the full ``nslab.job/1``
     summary (per-rank documents included)."""
@@ -116,6 +193,7 @@ def finish(lab: Lab, job: Job) -> dict:
     vms = [job.placement[r] for r in range(job.world)]
     entry["placement"] = {"vms": vms, "phys": [lab.phys[v] for v in vms],
                           "shared_host_ranks": shared_host_ranks(vms, lab.phys)}
+    entry["balancer_daemons"] = job.daemons
     return entry
 
 
@@ -138,7 +216,9 @@ def run(lab: Lab, name: str, config: JobConfig, vms: Sequence[str]) -> dict:
         ({p50, p90, p99, max, mean}, s), iteration_times_s and comm_times_s (per iteration,
         its slowest rank, s; at most ``JOB_SERIES_POINTS``, each the largest of a run of
         consecutive iterations when more), algbw_bit_s, busbw_bit_s, wall_s, verified, error,
-        failed_ranks, placement {vms, phys, shared_host_ranks}; job failures are in ``error``.
+        failed_ranks, placement {vms, phys, shared_host_ranks}, balancer_daemons (a ddp
+        job's balancer daemons' reports by VM, ``workloads.lb.daemon``; None without); job
+        failures are in ``error``.
 
     Raises:
         ValueError: ``config`` does not fit ``len(vms)`` ranks (root, size, source ports);

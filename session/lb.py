@@ -79,6 +79,16 @@ def spine_bytes(lab: Lab) -> dict[str, int]:
     return {f"{s.a}-{s.b}": sum(s.tx_bytes) for s in _uplinks(lab)}
 
 
+def per_spine(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """Bytes each spine carried (its leaf-spine links summed) between two ``spine_bytes``
+    readings."""
+    out: dict[str, int] = {}
+    for link, n in after.items():
+        spine = link.split("-", 1)[1]
+        out[spine] = out.get(spine, 0) + n - before.get(link, 0)
+    return out
+
+
 def leaf_bytes(lab: Lab, leaf: str, spines: list[str]) -> int:
     """Bytes ``leaf`` sent plus received on its links to ``spines`` since bring-up, from
     ``/proc/PID/net/dev`` of a process in its namespace (man 5 proc): a file read, from any

@@ -42,8 +42,11 @@ DDP_LABEL = "ddp (torch gloo; gradient all_reduce)"
 DEFAULT_BYTES = 1 << 20
 DEFAULT_HIDDEN = 256
 # fields the DDP workload does not use: they must keep their defaults in a ddp job
-NCCL_ONLY = ("dtype", "op", "root", "compute_units", "gpu_s", "conns_per_peer", "src_port_base",
-             "dscp", "cc", "connect_timeout_s", "balancer", "algo")
+NCCL_ONLY = ("dtype", "op", "root", "compute_units", "gpu_s", "src_port_base", "dscp", "cc",
+             "connect_timeout_s", "algo")
+DDP_BALANCERS = ("none", "ethereal")
+"""Balancers of a ddp job: the VMs' balancer daemon (``workloads.lb.daemon``) pins whole
+connections, which Ethereal's rule fits; REPS chooses per frame inside nslab's transport."""
 # fields a trace job does not use (its sizes and compute come from the trace)
 NOT_FOR_TRACE = ("bytes", "count", "dtype", "op", "root", "compute_units", "gpu_s", "hidden",
                  "model", "schedule")
@@ -96,7 +99,9 @@ class JobConfig(BaseModel):
         "compute_units: the rank sleeps this long every iteration (a GPU's kernels: the "
         "host's CPU stays free, so a 2-core machine can run many jobs' compute at once), s")
     conns_per_peer: int = Field(1, ge=1, le=64, description="TCP connections per peer; a "
-                                "transfer is split over them")
+                                "transfer is split over them (ddp: gloo devices on the VM's "
+                                "NIC, each a context with its own connection to every peer; "
+                                "gloo takes them in turn, one per collective)")
     src_port_base: int | None = Field(
         None, ge=1, le=65535, description="path hint: connection c from rank r to peer p binds "
         "local port src_port_base + (r * world + p) * conns_per_peer + c (default: ephemeral)")
@@ -111,7 +116,9 @@ class JobConfig(BaseModel):
         "map DSCP to paths, fabric mode entropy): connection c to every peer carries DSCP "
         "c + 1, the ranks discover the paths by TTL probes, and ethereal (per collective step, "
         "equal bytes per path) or reps (recycled clean entropy values per frame) chooses the "
-        "connection of every frame; needs conns_per_peer >= 2 (one per path) and no dscp")
+        "connection of every frame; needs conns_per_peer >= 2 (one per path) and no dscp. "
+        "ddp: none or ethereal, by the balancer daemon in every VM of the job "
+        "(workloads.lb.daemon), which sets the DSCP of each of gloo's connections")
     cc: CongestionControl | None = Field(
         None, description="TCP congestion control of the job's connections (TCP_CONGESTION, "
         "tcp(7)); null: the VM's default")
@@ -192,8 +199,13 @@ class JobConfig(BaseModel):
                     raise ValueError(f"{name}: not used by ddp (its size is the model's "
                                      "gradient, set by hidden); remove it")
             self._defaults_only(NCCL_ONLY, "not used by ddp (PyTorch DDP with gloo uses "
-                                "iterations, warmup, timeout_s, seed, hidden, model, schedule); "
-                                "remove it")
+                                "iterations, warmup, timeout_s, seed, hidden, model, schedule, "
+                                "conns_per_peer, balancer); remove it")
+            if self.balancer not in DDP_BALANCERS:
+                raise ValueError(f"balancer: {self.balancer} is not for ddp (a framework's "
+                                 "connections are pinned whole by the VMs' balancer daemon); "
+                                 f"use one of {', '.join(DDP_BALANCERS)}")
+            self._check_balancer()
             if self.hidden is None:
                 self.hidden = DEFAULT_HIDDEN
             if self.model == "transformer" and self.hidden % ddp_models.HEADS:

@@ -5,8 +5,9 @@ transformer encoder layer or a mixture-of-experts layer whose tokens move by ``a
 
 ``python -m workloads.ddp --config JSON|@PATH`` takes the same ``config.WorkerConfig`` as the
 collective worker, with ``job.collective = "ddp"`` (fields used: iterations, warmup, hidden,
-model, schedule, timeout_s, seed). With a ``schedule`` every iteration first waits for its
-slot (``schedule.Slots``, one line in the training loop). It joins the process group at the
+model, schedule, timeout_s, seed, and conns_per_peer: gloo devices, ``gloo_devices``). With a
+``schedule`` every iteration first waits for its slot (``schedule.Slots``, one line in the
+training loop). It joins the process group at the
 first peer's address (``init_method=tcp://``; rank 0 listens there), trains, and prints one
 ``nslab.worker/1`` document like the collective worker (same command line, watchdog, SIGTERM
 handling and exit status: ``worker.main``), plus ``framework`` and ``params``: per iteration
@@ -54,6 +55,14 @@ def interface_for(ip: str) -> str | None:
     return None
 
 
+def gloo_devices(ifname: str, devices: int) -> str:
+    """``GLOO_SOCKET_IFNAME`` for ``devices`` gloo devices on one interface: the name
+    repeated, comma-separated. ``ProcessGroupGloo`` makes one device per name, one context per
+    device (its own connection to every peer) and gives each collective the next context
+    (``contexts_[tag % contexts_.size()]``, torch's ProcessGroupGloo.hpp)."""
+    return ",".join([ifname] * devices)
+
+
 def train(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None = None,
           log: Callable[[str], None] | None = None) -> dict:
     """Train one DDP rank and return its ``nslab.worker/1`` document (filled in ``doc`` if
@@ -86,7 +95,10 @@ def train(cfg: WorkerConfig, clock: Clock | None = None, doc: dict | None = None
     host, port = cfg.peers[0].rsplit(":", 1)
     ifname = interface_for(cfg.peers[rank].rsplit(":", 1)[0])
     if ifname:
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", ifname)
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", gloo_devices(ifname, job.conns_per_peer))
+    elif job.conns_per_peer > 1:
+        raise ConfigError(f"conns_per_peer: {job.conns_per_peer} gloo devices need the VM's "
+                          f"interface, and no interface holds {cfg.peers[rank]}")
     doc.update(clock="emulated" if clock.emulated else "system",
                framework=f"torch {torch.__version__} gloo", params=cfg.count)
     torch.set_num_threads(1)

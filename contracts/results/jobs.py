@@ -4,6 +4,8 @@ Units: s, bytes, bit/s, Mbit/s, us.
 """
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from contracts.base import Model
@@ -75,6 +77,29 @@ class Compute(Model):
     units: int = Field(description="compute_units: 128x128 matrix products per iteration")
 
 
+class BalancerDestination(Model):
+    """What a balancer daemon found towards one destination by its probes."""
+
+    leaf: list[str] | None = Field(description="the routers before it (its leaf); null: in "
+                                   "the daemon's own leaf, never pinned")
+    dscp: list[int] = Field(description="one entropy value (DSCP) per distinct spine")
+
+
+class BalancerDaemon(Model):
+    """The report of one VM's balancer daemon (``workloads.lb.daemon``, schema nslab.balancer/1)
+    when it stopped."""
+
+    schema_: Literal["nslab.balancer/1"] = Field(alias="schema")
+    polls: int = Field(description="sampling rounds of the VM's sockets")
+    destinations: dict[str, BalancerDestination] = Field(description="by address")
+    connections: int = Field(description="connections it pinned (towards other leaves)")
+    moves: int = Field(description="idle connections moved to a less loaded path")
+    bytes_by_path: dict[str, dict[str, int]] = Field(
+        description="per destination leaf (the daemon's number for it), per DSCP: bytes "
+        "its connections sent while pinned there (payload acknowledged and every segment's "
+        "headers)")
+
+
 class JobEntry(Model):
     """One job run. A job that failed before starting (no VMs could be chosen) has only
     ``name``, ``collective``, ``error``, ``verified`` false and ``completion_s`` null; every
@@ -117,5 +142,8 @@ class JobEntry(Model):
     drops_by_link: dict[str, int] | None = Field(
         None, description="fabric_drops per link ('a-b', both ends), links without drops left "
         "out (null when it never started)")
+    balancer_daemons: dict[str, BalancerDaemon | None] | None = Field(
+        None, description="a ddp job with a balancer: each VM's balancer daemon's report (null "
+        "where it gave none); null for other jobs")
     trace: TraceResult | None = Field(None, description="a trace job's passes and operations "
                                       "(null for other jobs, or when a rank failed)")

@@ -53,7 +53,7 @@ def test_dump_round_trips_the_real_document(doc):
     assert out["sync"] == {**doc["sync"], "chrony": None, "clock_daemons": None, "series": None}
     assert out["jobs"] == [{**j, "edge": None, "iteration_times_s": None, "comm_times_s": None,
                             "fabric_drops": None, "drops_by_link": None, "compute": None,
-                            "trace": None}
+                            "balancer_daemons": None, "trace": None}
                            for j in doc["jobs"]]
     assert out["lab"]["fidelity"]["series"] is None
     assert out["load"][0]["error"] is None and out["load"][0]["lost_percent"] is None

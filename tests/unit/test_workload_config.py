@@ -63,7 +63,11 @@ def test_sizes_follow_nccl_tests():
     ({"collective": DDP, "bytes": 1024}, "bytes: not used by ddp"),
     ({"collective": DDP, "count": 10}, "count: not used by ddp"),
     ({"collective": DDP, "dtype": "float64"}, "dtype: not used by ddp"),
-    ({"collective": DDP, "conns_per_peer": 2}, "conns_per_peer: not used by ddp"),
+    ({"collective": DDP, "dscp": [1]}, "dscp: not used by ddp"),
+    ({"collective": DDP, "balancer": "reps", "conns_per_peer": 2},
+     "balancer: reps is not for ddp"),
+    ({"collective": DDP, "balancer": "ethereal"},
+     "balancer: ethereal sets DSCP 1..conns_per_peer itself and needs one connection per path"),
     ({"collective": DDP, "hidden": 0}, "hidden: Input should be greater than or equal to 1"),
     ({"ranks": 4}, "ranks: Extra inputs are not permitted"),
 ])
@@ -138,3 +142,8 @@ def test_a_subclass_such_as_the_scenario_jobspec_reduces_to_a_job_config():
 ])
 def test_compute_says_what_a_rank_computes(fields, compute):
     assert JobConfig(**fields).compute() == compute
+
+
+def test_a_ddp_job_takes_gloo_devices_and_ethereal():
+    c = JobConfig(collective=DDP, conns_per_peer=2, balancer="ethereal")
+    assert (c.conns_per_peer, c.balancer) == (2, "ethereal")
