@@ -45,6 +45,8 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from agents import segments
+from agents.anchor import ANCHOR_WINDOWS, anchor
+from agents.anchor import EXCESS_NS as ANCHOR_EXCESS_NS
 from agents.estimate import PairFits, Probes, fit_many, ntp_many, pure_pairs
 from agents.network import GraphSolve, NodeEstimate
 from agents.owd import asymmetry_many, owd_many
@@ -154,31 +156,86 @@ class WindowResult:
 
 
 class RttFloors:
-    """Per pair of VMs, its minimum round trips (ns) of the last ``span`` windows; their
-    least is the pair's floor, its round trip with no queue standing. Relative to each pair's
-    own floor, not to other pairs': pairs differ by their paths (a leaf's VMs between
-    themselves, across spines, links with a configured delay). The coordinator keeps one
-    across windows, which it solves in order from one thread (``Coordinator.step``).
+    """Per pair of VMs, its minimum round trips (ns) of the last windows, whose least is the
+    pair's floor, its round trip with no queue standing, and its trusted fits (``trust``,
+    ``predict``; ``agents.anchor``). Relative to each pair's own floor, not to other pairs':
+    pairs differ by their paths (a leaf's VMs between themselves, across spines, links with a
+    configured delay). The coordinator keeps one across windows, which it solves in order
+    from one thread (``Coordinator.step``).
+
+    Args:
+        span: windows of the floor that ``queued`` judges against (``FLOOR_WINDOWS``).
+        keep: windows of history kept (at least ``span``): the longest floor (``floor``'s
+            ``span``) and the trusted fits (``ANCHOR_WINDOWS``).
 
     Raises:
         ValueError: ``span`` < 1.
     """
 
-    def __init__(self, span: int = FLOOR_WINDOWS):
+    def __init__(self, span: int = FLOOR_WINDOWS, keep: int = ANCHOR_WINDOWS):
         if span < 1:
             raise ValueError(f"span must be at least 1 window, not {span}")
         self.span = span
+        self.keep = max(span, keep)
         self._seen: dict[tuple[str, str], deque[tuple[int, float]]] = {}
+        self._fits: dict[tuple[str, str], deque[tuple[int, int, float, float]]] = {}
         self._prune_at = 0  # next window at which pairs no longer probed are forgotten
 
-    def floor(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Each pair ``(a, b)``'s floor before window ``k``, ns (NaN: none yet)."""
-        keys = [(vms[i], vms[j]) for i, j in zip(a.tolist(), b.tolist(), strict=True)]
-        return np.array([min((r for kk, r in self._seen.get(key, ()) if k - self.span <= kk
-                              < k), default=np.nan) for key in keys], dtype=float)
+    @staticmethod
+    def keys(vms: list[str], a: np.ndarray, b: np.ndarray) -> list[tuple[str, str]]:
+        """The pairs ``(a, b)`` (indices into ``vms``) as names."""
+        return [(vms[i], vms[j]) for i, j in zip(a.tolist(), b.tolist(), strict=True)]
+
+    def floor(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray,
+              span: int | None = None) -> np.ndarray:
+        """Each pair ``(a, b)``'s floor before window ``k`` over ``span`` windows (default
+        ``self.span``, at most ``keep``), ns (NaN: none yet)."""
+        lo = k - min(span or self.span, self.keep)
+        return np.array([min((r for kk, r in self._seen.get(key, ()) if lo <= kk < k),
+                             default=np.nan) for key in self.keys(vms, a, b)], dtype=float)
+
+    def trust(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray, fits: PairFits,
+              sel: np.ndarray, reset: np.ndarray) -> None:
+        """Keep window ``k``'s fits of the pairs ``sel`` (a mask over ``(a, b)``) as trusted:
+        not queued, or anchored (``agents.anchor``); a pair in ``reset`` (a mask: its round
+        trip fell below its floor, so its earlier windows were judged against a queue's)
+        forgets its earlier ones first."""
+        for i in np.flatnonzero(reset).tolist():
+            self._fits.pop((vms[a[i]], vms[b[i]]), None)
+        for i in np.flatnonzero(sel).tolist():
+            seen = self._fits.setdefault((vms[a[i]], vms[b[i]]), deque())
+            seen.append((k, int(fits.t_ref_ns[i]), float(fits.offset_ns[i]),
+                         float(fits.drift_ppm[i])))
+            while seen[0][0] <= k - self.keep:
+                seen.popleft()
+
+    def predict(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray,
+                t_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each pair's B - A (ns) at its A-clock instant ``t_ns`` and its slope (ppm),
+        predicted from its trusted fits of the ``keep`` windows before ``k``: the slope is the
+        least-squares slope of the offsets of its trusted windows among the last
+        ``FLOOR_WINDOWS`` when they are 3 or more, else the latest one's drift; the offset is
+        the latest one's carried on that slope. NaN: no trusted window."""
+        off = np.full(a.size, np.nan)
+        drift = np.full(a.size, np.nan)
+        for i, key in enumerate(self.keys(vms, a, b)):
+            seen = [e for e in self._fits.get(key, ()) if k - self.keep <= e[0] < k]
+            if not seen:
+                continue
+            kl, tl, ol, dl = seen[-1]
+            near = [e for e in seen if e[0] > kl - FLOOR_WINDOWS]
+            if len(near) >= 3:
+                x = np.array([e[1] - tl for e in near], dtype=float)
+                y = np.array([e[2] - ol for e in near])
+                x0 = x - x.mean()
+                dl = float((x0 * (y - y.mean())).sum() / (x0 * x0).sum()) * 1e6
+            drift[i] = dl
+            off[i] = ol + dl * 1e-6 * float(int(t_ns[i]) - tl)
+        return off, drift
 
     def queued(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray, rtt: np.ndarray,
-               ref: int, floor: np.ndarray | None = None) -> np.ndarray:
+               ref: int, floor: np.ndarray | None = None,
+               anchored: np.ndarray | None = None) -> np.ndarray:
         """The VMs (indices into ``vms``, never ``ref``) at least ``QUEUED_SHARE`` of whose
         pairs of window ``k`` with a floor (pairs ``(a, b)``, minimum round trips ``rtt`` ns)
         stand more than ``QUEUED_NS`` above it; then window ``k``'s round trips join the
@@ -186,22 +243,27 @@ class RttFloors:
         queue stood up has its floor's round trip and still the others' bias; not a
         majority: a VM half of whose peers are queued (an incast's ranks) is not. The
         reference stays: its bias shifts every other VM alike (offset differences,
-        collocation, keep). ``floor``: ``floor(k, vms, a, b)`` if the caller has it."""
-        keys = [(vms[i], vms[j]) for i, j in zip(a.tolist(), b.tolist(), strict=True)]
+        collocation, keep). ``floor``: ``floor(k, vms, a, b)`` if the caller has it;
+        ``anchored``: a mask of pairs re-anchored on their free direction (``agents.anchor``),
+        which never count as above."""
+        keys = self.keys(vms, a, b)
         if floor is None:
             floor = self.floor(k, vms, a, b)
         for key, r in zip(keys, rtt.tolist(), strict=True):
             seen = self._seen.setdefault(key, deque())
             seen.append((k, r))
-            while seen[0][0] <= k - self.span:
+            while seen[0][0] <= k - self.keep:
                 seen.popleft()
         if k >= self._prune_at:  # pairs no longer probed (peers re-drawn, VMs gone)
-            self._prune_at = k + self.span
-            for key in [q for q, seen in self._seen.items() if seen[-1][0] <= k - self.span]:
-                del self._seen[key]
+            self._prune_at = k + self.keep
+            for hist in (self._seen, self._fits):
+                for key in [q for q, seen in hist.items() if seen[-1][0] <= k - self.keep]:
+                    del hist[key]
         has = ~np.isnan(floor)
-        over = (rtt[has] - floor[has]) > QUEUED_NS
-        ah, bh = a[has], b[has]
+        over = (rtt - np.where(has, floor, 0.0)) > QUEUED_NS
+        if anchored is not None:
+            over &= ~anchored
+        ah, bh, over = a[has], b[has], over[has]
         if 0 <= ref and _share(len(vms), ah, bh, over)[ref]:
             over &= (ah != ref) & (bh != ref)  # its queue, not its peers'
         bad = np.flatnonzero(_share(len(vms), ah, bh, over))
@@ -270,15 +332,24 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
     counts = Counter() if counts is None else counts
     t_k = k * window_ns + window_ns // 2
     vms, dsrc, ddst = records.vms, records.src, records.dst
-    pa, pb, huygens, ntp_fits, rtt, part_rtt = _fit_pairs(records, dsrc, ddst, guard_ns,
-                                                          counts, window_ns)
+    pa, pb, huygens, ntp_fits, rtt, part_rtt, probes = _fit_pairs(records, dsrc, ddst,
+                                                                  guard_ns, counts, window_ns)
     if not pa.size:
         return None
     queued = np.empty(0, dtype=np.int64)
     if floors is not None:
         iref = vms.index(ref) if ref in vms else -1
+        long_floor = floors.floor(k, vms, pa, pb, ANCHOR_WINDOWS)
+        huygens, anchored, pair_queued = anchor(
+            probes, huygens, rtt, part_rtt, long_floor,
+            lambda i, t_ns: floors.predict(k, vms, pa[i], pb[i], t_ns))
+        counts["pairs_queued"] += int(pair_queued.sum())
+        counts["pairs_anchored"] += int(anchored.sum())
+        floors.trust(k, vms, pa, pb, huygens, anchored | ~pair_queued,
+                     rtt < long_floor - ANCHOR_EXCESS_NS)
+        part_rtt = np.where(anchored[:, None], np.inf, part_rtt)
         floor = floors.floor(k, vms, pa, pb)
-        queued = floors.queued(k, vms, pa, pb, rtt, iref, floor)
+        queued = floors.queued(k, vms, pa, pb, rtt, iref, floor, anchored)
         part = np.setdiff1d(_queued_in_parts(len(vms), pa, pb, part_rtt, floor, iref), queued)
         if part.size:  # queued in most parts, not over the whole window
             counts["vms_queued_part"] += int(part.size)
@@ -404,7 +475,8 @@ def _owd(records: Records, names: list[str], src: np.ndarray, dst: np.ndarray,
 
 def _fit_pairs(records: Records, src: np.ndarray, dst: np.ndarray, guard_ns: float,
                counts: Counter[str], window_ns: int
-               ) -> tuple[np.ndarray, np.ndarray, PairFits, PairFits, np.ndarray, np.ndarray]:
+               ) -> tuple[np.ndarray, np.ndarray, PairFits, PairFits, np.ndarray, np.ndarray,
+                          Probes]:
     """The pairs (a, b) (a < b: ``src``, ``dst`` are each direction's VMs, numbered in name
     order) probed both ways with enough pure probes whose Huygens fit succeeded and is
     consistent, as arrays ``(a, b)``, with their Huygens and NTP-style fits (``ok`` False
@@ -424,7 +496,7 @@ def _fit_pairs(records: Records, src: np.ndarray, dst: np.ndarray, guard_ns: flo
     fi = cand[~few]
     ri = back[fi]
     if not fi.size:
-        return fi, fi, None, None, fi, np.empty((0, PARTS))
+        return fi, fi, None, None, fi, np.empty((0, PARTS)), None
     st = records.starts
     fsel, rsel = segments.ranges(st[fi], st[fi + 1]), segments.ranges(st[ri], st[ri + 1])
     fsel, rsel = fsel[pure[fsel]], rsel[pure[rsel]]  # pair by pair, each in record order
@@ -442,7 +514,17 @@ def _fit_pairs(records: Records, src: np.ndarray, dst: np.ndarray, guard_ns: flo
     n = ntp_many(p, np.maximum(1, np.minimum(8, nf // 4)))
     counts["ntp_fit_failures"] += int((consistent & ~n.ok).sum())
     return (src[fi][consistent], dst[fi][consistent], _take(h, consistent),
-            _take(n, consistent), (fwd_min + rev_min)[consistent], part_rtt[consistent])
+            _take(n, consistent), (fwd_min + rev_min)[consistent], part_rtt[consistent],
+            _take_probes(p, consistent))
+
+
+def _take_probes(p: Probes, sel: np.ndarray) -> Probes:
+    """The pairs ``sel`` (a mask) of ``p``."""
+    fs, rs = p.fwd_starts, p.rev_starts
+    i = np.flatnonzero(sel)
+    fsel, rsel = segments.ranges(fs[i], fs[i + 1]), segments.ranges(rs[i], rs[i + 1])
+    return Probes(p.fwd_tx[fsel], p.fwd_rx[fsel], segments.starts_of(fs[i + 1] - fs[i]),
+                  p.rev_tx[rsel], p.rev_rx[rsel], segments.starts_of(rs[i + 1] - rs[i]))
 
 
 def _min_delays_ns(fits: PairFits, p: Probes, window_ns: int
