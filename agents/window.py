@@ -96,6 +96,10 @@ none with 8 parts and every pair (200 us: none; 400 us, a link near saturation: 
 FLOOR_WINDOWS = 8
 """Windows of a pair's history whose least minimum round trip is its floor: a queue that
 stands longer than this (16 s at 2 s windows) becomes the floor and biases again."""
+PREDICT_DRIFTS = 16
+"""Trusted windows whose drifts' median is a pair's predicted drift (``RttFloors.predict``)."""
+PREDICT_OFFSETS = 5
+"""Trusted windows whose offsets' median is a pair's predicted offset."""
 _OWD = TypeAdapter(dict[str, OwdStats])
 
 
@@ -197,11 +201,13 @@ class RttFloors:
     def trust(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray, fits: PairFits,
               sel: np.ndarray, reset: np.ndarray) -> None:
         """Keep window ``k``'s fits of the pairs ``sel`` (a mask over ``(a, b)``) as trusted:
-        not queued, or anchored (``agents.anchor``); a pair in ``reset`` (a mask: its round
+        not queued, or anchored (``agents.anchor``). A pair in ``reset`` (a mask: its round
         trip fell below its floor, so its earlier windows were judged against a queue's)
-        forgets its earlier ones first."""
+        forgets its earlier offsets first, not their drifts (a queue that stands alike in
+        both ends of a window does not tilt it)."""
         for i in np.flatnonzero(reset).tolist():
-            self._fits.pop((vms[a[i]], vms[b[i]]), None)
+            for j, (kk, t, _, d) in enumerate(self._fits.get((vms[a[i]], vms[b[i]]), ())):
+                self._fits[vms[a[i]], vms[b[i]]][j] = (kk, t, np.nan, d)
         for i in np.flatnonzero(sel).tolist():
             seen = self._fits.setdefault((vms[a[i]], vms[b[i]]), deque())
             seen.append((k, int(fits.t_ref_ns[i]), float(fits.offset_ns[i]),
@@ -212,25 +218,22 @@ class RttFloors:
     def predict(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray,
                 t_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each pair's B - A (ns) at its A-clock instant ``t_ns`` and its slope (ppm),
-        predicted from its trusted fits of the ``keep`` windows before ``k``: the slope is the
-        least-squares slope of the offsets of its trusted windows among the last
-        ``FLOOR_WINDOWS`` when they are 3 or more, else the latest one's drift; the offset is
-        the latest one's carried on that slope. NaN: no trusted window."""
+        predicted from its trusted fits of the ``keep`` windows before ``k``: the slope is
+        the median of the latest ``PREDICT_DRIFTS`` windows' drifts, the offset the median of
+        the latest ``PREDICT_OFFSETS`` windows' offsets carried to ``t_ns`` on that slope
+        (medians: a window tilted by a queue, or anchored on the wrong side, does not move
+        them). NaN: no trusted offset."""
         off = np.full(a.size, np.nan)
         drift = np.full(a.size, np.nan)
         for i, key in enumerate(self.keys(vms, a, b)):
             seen = [e for e in self._fits.get(key, ()) if k - self.keep <= e[0] < k]
-            if not seen:
+            offs = [e for e in seen if np.isfinite(e[2])][-PREDICT_OFFSETS:]
+            if not offs:
                 continue
-            kl, tl, ol, dl = seen[-1]
-            near = [e for e in seen if e[0] > kl - FLOOR_WINDOWS]
-            if len(near) >= 3:
-                x = np.array([e[1] - tl for e in near], dtype=float)
-                y = np.array([e[2] - ol for e in near])
-                x0 = x - x.mean()
-                dl = float((x0 * (y - y.mean())).sum() / (x0 * x0).sum()) * 1e6
-            drift[i] = dl
-            off[i] = ol + dl * 1e-6 * float(int(t_ns[i]) - tl)
+            d = float(np.median([e[3] for e in seen[-PREDICT_DRIFTS:]]))
+            drift[i] = d
+            off[i] = float(np.median([o + d * 1e-6 * float(int(t_ns[i]) - t)
+                                      for _, t, o, _ in offs]))
         return off, drift
 
     def queued(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray, rtt: np.ndarray,
