@@ -96,7 +96,7 @@ none with 8 parts and every pair (200 us: none; 400 us, a link near saturation: 
 FLOOR_WINDOWS = 8
 """Windows of a pair's history whose least minimum round trip is its floor: a queue that
 stands longer than this (16 s at 2 s windows) becomes the floor and biases again."""
-PREDICT_DRIFTS = 16
+PREDICT_DRIFTS = 5
 """Trusted windows whose drifts' median is a pair's predicted drift (``RttFloors.predict``)."""
 PREDICT_OFFSETS = 5
 """Trusted windows whose offsets' median is a pair's predicted offset."""
@@ -198,20 +198,25 @@ class RttFloors:
         return np.array([min((r for kk, r in self._seen.get(key, ()) if lo <= kk < k),
                              default=np.nan) for key in self.keys(vms, a, b)], dtype=float)
 
-    def trust(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray, fits: PairFits,
-              sel: np.ndarray, reset: np.ndarray) -> None:
-        """Keep window ``k``'s fits of the pairs ``sel`` (a mask over ``(a, b)``) as trusted:
-        not queued, or anchored (``agents.anchor``). A pair in ``reset`` (a mask: its round
-        trip fell below its floor, so its earlier windows were judged against a queue's)
-        forgets its earlier offsets first, not their drifts (a queue that stands alike in
-        both ends of a window does not tilt it)."""
-        for i in np.flatnonzero(reset).tolist():
-            for j, (kk, t, _, d) in enumerate(self._fits.get((vms[a[i]], vms[b[i]]), ())):
-                self._fits[vms[a[i]], vms[b[i]]][j] = (kk, t, np.nan, d)
+    def forget_offsets(self, vms: list[str], a: np.ndarray, b: np.ndarray,
+                       sel: np.ndarray) -> None:
+        """The pairs ``sel`` (a mask over ``(a, b)``: their round trip fell below their floor,
+        so their earlier windows were judged against a queue's) forget their trusted offsets,
+        not their drifts (a queue that stands alike at both ends of a window does not tilt
+        it)."""
         for i in np.flatnonzero(sel).tolist():
-            seen = self._fits.setdefault((vms[a[i]], vms[b[i]]), deque())
-            seen.append((k, int(fits.t_ref_ns[i]), float(fits.offset_ns[i]),
-                         float(fits.drift_ppm[i])))
+            seen = self._fits.get((vms[a[i]], vms[b[i]]), ())
+            for j, (kk, t, _, d) in enumerate(seen):
+                seen[j] = (kk, t, np.nan, d)
+
+    def trust(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray, t_ns: np.ndarray,
+              x: np.ndarray) -> None:
+        """Keep window ``k``'s clocks of the pairs ``(a, b)`` as trusted: B - A (ns, ``x[:,
+        0]``) at A's instant ``t_ns`` (int64) and its drift (ppm, ``x[:, 1]``), from the
+        network solve (the pairs it used: not queued, or anchored, ``agents.anchor``)."""
+        for i, key in enumerate(self.keys(vms, a, b)):
+            seen = self._fits.setdefault(key, deque())
+            seen.append((k, int(t_ns[i]), float(x[i, 0]), float(x[i, 1])))
             while seen[0][0] <= k - self.keep:
                 seen.popleft()
 
@@ -340,6 +345,8 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
     if not pa.size:
         return None
     queued = np.empty(0, dtype=np.int64)
+    suspect = np.zeros(pa.size, dtype=bool)  # queued for the pair, not anchored
+    fitted = pa, pb
     if floors is not None:
         iref = vms.index(ref) if ref in vms else -1
         long_floor = floors.floor(k, vms, pa, pb, ANCHOR_WINDOWS)
@@ -348,8 +355,8 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
             lambda i, t_ns: floors.predict(k, vms, pa[i], pb[i], t_ns))
         counts["pairs_queued"] += int(pair_queued.sum())
         counts["pairs_anchored"] += int(anchored.sum())
-        floors.trust(k, vms, pa, pb, huygens, anchored | ~pair_queued,
-                     rtt < long_floor - ANCHOR_EXCESS_NS)
+        floors.forget_offsets(vms, pa, pb, rtt < long_floor - ANCHOR_EXCESS_NS)
+        suspect = pair_queued & ~anchored
         part_rtt = np.where(anchored[:, None], np.inf, part_rtt)
         floor = floors.floor(k, vms, pa, pb)
         queued = floors.queued(k, vms, pa, pb, rtt, iref, floor, anchored)
@@ -357,12 +364,14 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
         if part.size:  # queued in most parts, not over the whole window
             counts["vms_queued_part"] += int(part.size)
             queued = np.union1d(queued, part)
+        if queued.size and iref >= 0:  # kept where pairs free of the queue reach ref
+            queued = queued[~_component(len(vms), iref, pa[~suspect], pb[~suspect])[queued]]
     touch = np.isin(pa, queued) | np.isin(pb, queued)
     qa, qb, qfits = pa[touch], pb[touch], _take(huygens, touch)  # for their OWD only
     if queued.size:
         counts["vms_queued"] += int(queued.size)
         log.info("window %d: left out as queued: %s", k, [vms[i] for i in queued.tolist()])
-        pa, pb = pa[~touch], pb[~touch]
+        pa, pb, suspect = pa[~touch], pb[~touch], suspect[~touch]
         huygens, ntp_fits = _take(huygens, ~touch), _take(ntp_fits, ~touch)
         if not pa.size:
             return None
@@ -371,6 +380,12 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
     if inside is None or inside.sum() < 2:
         counts["windows_without_reference"] += 1
         return None
+    if suspect.any():  # left out where both VMs stay connected to ref without them
+        clean = _component(len(vms), r, pa[~suspect], pb[~suspect])
+        drop = suspect & clean[pa] & clean[pb]
+        counts["pairs_left_out"] += int(drop.sum())
+        pa, pb = pa[~drop], pb[~drop]
+        huygens, ntp_fits = _take(huygens, ~drop), _take(ntp_fits, ~drop)
     names = [vms[i] for i in np.flatnonzero(inside).tolist()]
     index = np.cumsum(inside) - 1  # VM -> its row in the solve (inside only)
     keep = inside[pa]
@@ -399,6 +414,12 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
         return None
     est = _estimates(names, x, sig)
     theta = x[:, 0]
+    if floors is not None:  # every fitted pair's network-corrected clock, at the centre on
+        fa, fb = fitted      # A's clock, those left out of the solve too
+        both = inside[fa] & inside[fb]
+        fa, fb = fa[both], fb[both]
+        floors.trust(k, vms, fa, fb, t_k + np.round(theta[index[fa]]).astype(np.int64),
+                     x[index[fb]] - x[index[fa]])
     ntp: dict[str, NodeEstimate] = {}
     ok = ntp_fits.ok
     ninside = _component(len(vms), r, pa[ok], pb[ok])
