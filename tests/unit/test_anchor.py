@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from synthetic import S, T0_NS, simulate
+from synthetic import T0_NS, S, simulate
 from test_coordinator import _three_hosts, errors
 
 from agents.coordinator import Coordinator
@@ -56,3 +56,25 @@ def test_a_floor_learnt_once_the_queue_drains():
     after = [e[0] for e, t in zip(errs, t_s, strict=True) if t > 24]
     assert min(before) > 100_000, before   # biased by the queue: the truth is not in the probes
     assert len(after) >= 18 and max(after) < 1_000, after
+
+
+@pytest.mark.parametrize("change", ["step", "frequency"])
+def test_a_clock_changed_behind_the_queue_is_recovered_through_the_network(change):
+    # the queues into vm1 and from leaf 2 to leaf 1 stand for 60 s; at 31 s vm4's clock
+    # steps 3 ms (ptp4l's first step), or vm2's frequency moves 300 ppm (a daemon's slew):
+    # their queued pairs' predictions no longer hold, but their pairs free of the queue
+    # (vm4-vm6, vm2-vm3) carry them through the solve, whose clocks the pairs trust next
+    specs = _three_hosts()
+    if change == "step":
+        specs["vm4"].append(T0_NS + 31 * S, step_ns=3e6)
+    else:
+        specs["vm2"].append(T0_NS + 31 * S, corr_ppm=300.0)
+    queue = {(a, b): varying for a in LEAF2 for b in LEAF1}
+    queue |= {(v, "vm1"): varying for v in specs if v != "vm1"}
+    coord = Coordinator(window_s=2.0)
+    simulate(coord, specs, 6)
+    simulate(coord, specs, 60, hello=False, start_s=6, seed=2, standing_ns=queue)
+    st = coord.state()
+    errs = [e[0] for e in errors(st, specs)[1:]]
+    assert max(errs) < 2_000, errs
+    assert sum(len(h.vms) < 6 for h in st.history) <= 1, [sorted(h.vms) for h in st.history]
