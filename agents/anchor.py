@@ -25,8 +25,9 @@ the path was free, still fix the clock:
   stands and the queued-VM rules of ``agents.window`` judge it.
 
 An anchored pair gets the predicted drift and, as residual, the mean distance of the 5 probes
-nearest to its bound(s). Windows not queued, and anchored ones, are the trusted windows
-(``RttFloors.trust``).
+nearest to its bound(s). The trusted windows are the network solve's (``RttFloors.trust``):
+each pair's clock as the difference of its VMs' estimates, so that a pair whose prediction
+failed (a clock step, a daemon's slew) is set right through its VMs' pairs free of the queue.
 
 Limits: the first floor needs the path free once (a queue standing from the agents' start is
 its floor); a path whose minimum grows (a longer route) reads as queued until ``ANCHOR_WINDOWS``

@@ -12,13 +12,20 @@ whole window, not one per pair.
    NTP-style baseline (``estimate.ntp_pair``) on the very same pure probes. A pair needs
    ``MIN_PURE`` pure probes each way, and is dropped (``pairs_inconsistent``) when the fitted
    line leaves a direction a minimum delay below ``-INCONSISTENT_NS``: a clock step inside
-   the window. A VM two thirds of whose pairs with a floor (``RttFloors``: the pair's least
-   minimum round trip over the last ``FLOOR_WINDOWS`` windows) stand ``QUEUED_NS`` above it
-   is left out of the window (``vms_queued``): a queue on its own link biased all its pairs
+   the window. A pair queued in the window (its round trip above its floor over
+   ``ANCHOR_WINDOWS``) is re-anchored on the direction the queue left free
+   (``agents.anchor``, ``pairs_queued``, ``pairs_anchored``); one that cannot be is left out
+   of the solve (``pairs_left_out``) where both its VMs stay connected to the reference
+   without such pairs. A VM two thirds of whose pairs with a floor (``RttFloors``: the
+   pair's least minimum round trip over the last ``FLOOR_WINDOWS`` windows) stand
+   ``QUEUED_NS`` above it, not anchored, is left out of the window (``vms_queued``), unless
+   pairs free of the queue connect it to the reference: a queue on its own link biased all its pairs
    alike, which the solve would take as its offset. So is a VM queued so in most parts of
    the window (``PARTS``; ``vms_queued_part``, counted in ``vms_queued`` too): a queue that
    stood for all of it but a few probes' time leaves the window's round trips at the floor
-   and still biases the fits.
+   and still biases the fits. Every fitted pair whose VMs both get an estimate keeps their
+   difference as its trusted clock (``RttFloors.trust``), what later windows predict it
+   from.
 2. Network effect (``network.solve``): both fits are evaluated at the window's centre
    ``t_k`` (read on A's clock: ``t_k + theta_A``) and solved over the graph of pairs,
    weights ``1 / (residual_ns**2 + floor**2)``, twice (the second pass evaluates at the
@@ -212,8 +219,9 @@ class RttFloors:
     def trust(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray, t_ns: np.ndarray,
               x: np.ndarray) -> None:
         """Keep window ``k``'s clocks of the pairs ``(a, b)`` as trusted: B - A (ns, ``x[:,
-        0]``) at A's instant ``t_ns`` (int64) and its drift (ppm, ``x[:, 1]``), from the
-        network solve (the pairs it used: not queued, or anchored, ``agents.anchor``)."""
+        0]``) at A's instant ``t_ns`` (int64) and its drift (ppm, ``x[:, 1]``), as the
+        network solve put them (its VMs' estimates' differences: the loops correct a pair
+        whose own fit was queued, or whose clock stepped)."""
         for i, key in enumerate(self.keys(vms, a, b)):
             seen = self._fits.setdefault(key, deque())
             seen.append((k, int(t_ns[i]), float(x[i, 0]), float(x[i, 1])))
