@@ -201,9 +201,20 @@ class RttFloors:
               span: int | None = None) -> np.ndarray:
         """Each pair ``(a, b)``'s floor before window ``k`` over ``span`` windows (default
         ``self.span``, at most ``keep``), ns (NaN: none yet)."""
-        lo = k - min(span or self.span, self.keep)
-        return np.array([min((r for kk, r in self._seen.get(key, ()) if lo <= kk < k),
-                             default=np.nan) for key in self.keys(vms, a, b)], dtype=float)
+        return self.floors(k, vms, a, b, (span or self.span,))[0]
+
+    def floors(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray,
+               spans: tuple[int, ...]) -> list[np.ndarray]:
+        """``floor`` over each of ``spans``, in one pass over the history."""
+        los = [k - min(sp, self.keep) for sp in spans]
+        out = np.full((len(spans), a.size), np.nan)
+        for i, key in enumerate(self.keys(vms, a, b)):
+            for kk, r in self._seen.get(key, ()):
+                if kk < k:
+                    for j, lo in enumerate(los):
+                        if lo <= kk and not r >= out[j, i]:
+                            out[j, i] = r
+        return list(out)
 
     def forget_offsets(self, vms: list[str], a: np.ndarray, b: np.ndarray,
                        sel: np.ndarray) -> None:
@@ -357,7 +368,7 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
     fitted = pa, pb
     if floors is not None:
         iref = vms.index(ref) if ref in vms else -1
-        long_floor = floors.floor(k, vms, pa, pb, ANCHOR_WINDOWS)
+        floor, long_floor = floors.floors(k, vms, pa, pb, (floors.span, ANCHOR_WINDOWS))
         huygens, anchored, pair_queued = anchor(
             probes, huygens, rtt, part_rtt, long_floor,
             lambda i, t_ns: floors.predict(k, vms, pa[i], pb[i], t_ns))
@@ -366,7 +377,6 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
         floors.forget_offsets(vms, pa, pb, rtt < long_floor - ANCHOR_EXCESS_NS)
         suspect = pair_queued & ~anchored
         part_rtt = np.where(anchored[:, None], np.inf, part_rtt)
-        floor = floors.floor(k, vms, pa, pb)
         queued = floors.queued(k, vms, pa, pb, rtt, iref, floor, anchored)
         part = np.setdiff1d(_queued_in_parts(len(vms), pa, pb, part_rtt, floor, iref), queued)
         if part.size:  # queued in most parts, not over the whole window
