@@ -23,9 +23,9 @@ whole window, not one per pair.
    alike, which the solve would take as its offset. So is a VM queued so in most parts of
    the window (``PARTS``; ``vms_queued_part``, counted in ``vms_queued`` too): a queue that
    stood for all of it but a few probes' time leaves the window's round trips at the floor
-   and still biases the fits. Every fitted pair whose VMs both get an estimate keeps their
-   difference as its trusted clock (``RttFloors.trust``), what later windows predict it
-   from.
+   and still biases the fits. Every fitted pair whose VMs are both connected to the
+   reference by pairs free of queues (or anchored) keeps the difference of their estimates
+   as its trusted clock (``RttFloors.trust``), what later windows predict it from.
 2. Network effect (``network.solve``): both fits are evaluated at the window's centre
    ``t_k`` (read on A's clock: ``t_k + theta_A``) and solved over the graph of pairs,
    weights ``1 / (residual_ns**2 + floor**2)``, twice (the second pass evaluates at the
@@ -398,8 +398,8 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
     if inside is None or inside.sum() < 2:
         counts["windows_without_reference"] += 1
         return None
+    clean = _component(len(vms), r, pa[~suspect], pb[~suspect])  # reached free of queues
     if suspect.any():  # left out where both VMs stay connected to ref without them
-        clean = _component(len(vms), r, pa[~suspect], pb[~suspect])
         drop = suspect & clean[pa] & clean[pb]
         counts["pairs_left_out"] += int(drop.sum())
         pa, pb = pa[~drop], pb[~drop]
@@ -433,8 +433,8 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
     est = _estimates(names, x, sig)
     theta = x[:, 0]
     if floors is not None:  # every fitted pair's network-corrected clock, at the centre on
-        fa, fb = fitted      # A's clock, those left out of the solve too
-        both = inside[fa] & inside[fb]
+        fa, fb = fitted      # A's clock, those left out of the solve too, between VMs that
+        both = clean[fa] & clean[fb]  # pairs free of queues connect to the reference
         fa, fb = fa[both], fb[both]
         floors.trust(k, vms, fa, fb, t_k + np.round(theta[index[fa]]).astype(np.int64),
                      x[index[fb]] - x[index[fa]])
