@@ -30,8 +30,12 @@ each pair's clock as the difference of its VMs' estimates, so that a pair whose 
 failed (a clock step, a daemon's slew) is set right through its VMs' pairs free of the queue.
 
 Limits: the first floor needs the path free once (a queue standing from the agents' start is
-its floor); a path whose minimum grows (a longer route) reads as queued until ``ANCHOR_WINDOWS``
-have passed, with both bounds moved by half the growth.
+its floor, and half its least depth stays in the offsets); a path whose minimum grows (a
+longer route) reads as queued until ``ANCHOR_WINDOWS`` have passed, with both bounds moved by
+half the growth; a VM every pair of which is queued and unpredicted (its clock slewed or
+stepped hard while the queue stands, queues both ways) keeps the window's own fits, biased,
+unless ``agents.window`` leaves it out; a clock whose frequency changes within a window (a
+daemon's fast slew) is not a line, whatever the probes.
 
 Sources: the minimum-delay filter of NTP (RFC 5905, section 10) and chrony's test of a
 sample's delay against the least of its register (``maxdelaydevratio``, chrony.conf(5)); the
