@@ -12,13 +12,20 @@ whole window, not one per pair.
    NTP-style baseline (``estimate.ntp_pair``) on the very same pure probes. A pair needs
    ``MIN_PURE`` pure probes each way, and is dropped (``pairs_inconsistent``) when the fitted
    line leaves a direction a minimum delay below ``-INCONSISTENT_NS``: a clock step inside
-   the window. A VM two thirds of whose pairs with a floor (``RttFloors``: the pair's least
-   minimum round trip over the last ``FLOOR_WINDOWS`` windows) stand ``QUEUED_NS`` above it
-   is left out of the window (``vms_queued``): a queue on its own link biased all its pairs
+   the window. A pair queued in the window (its round trip above its floor over
+   ``ANCHOR_WINDOWS``) is re-anchored on the direction the queue left free
+   (``agents.anchor``, ``pairs_queued``, ``pairs_anchored``); one that cannot be is left out
+   of the solve (``pairs_left_out``) where both its VMs stay connected to the reference
+   without such pairs. A VM two thirds of whose pairs with a floor (``RttFloors``: the
+   pair's least minimum round trip over the last ``FLOOR_WINDOWS`` windows) stand
+   ``QUEUED_NS`` above it, not anchored, is left out of the window (``vms_queued``), unless
+   pairs free of the queue connect it to the reference: a queue on its own link biased all its pairs
    alike, which the solve would take as its offset. So is a VM queued so in most parts of
    the window (``PARTS``; ``vms_queued_part``, counted in ``vms_queued`` too): a queue that
    stood for all of it but a few probes' time leaves the window's round trips at the floor
-   and still biases the fits.
+   and still biases the fits. Every fitted pair whose VMs are both connected to the
+   reference by pairs free of queues (or anchored) keeps the difference of their estimates
+   as its trusted clock (``RttFloors.trust``), what later windows predict it from.
 2. Network effect (``network.solve``): both fits are evaluated at the window's centre
    ``t_k`` (read on A's clock: ``t_k + theta_A``) and solved over the graph of pairs,
    weights ``1 / (residual_ns**2 + floor**2)``, twice (the second pass evaluates at the
@@ -45,6 +52,8 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from agents import segments
+from agents.anchor import ANCHOR_WINDOWS, anchor
+from agents.anchor import EXCESS_NS as ANCHOR_EXCESS_NS
 from agents.estimate import PairFits, Probes, fit_many, ntp_many, pure_pairs
 from agents.network import GraphSolve, NodeEstimate
 from agents.owd import asymmetry_many, owd_many
@@ -94,6 +103,10 @@ none with 8 parts and every pair (200 us: none; 400 us, a link near saturation: 
 FLOOR_WINDOWS = 8
 """Windows of a pair's history whose least minimum round trip is its floor: a queue that
 stands longer than this (16 s at 2 s windows) becomes the floor and biases again."""
+PREDICT_DRIFTS = 5
+"""Trusted windows whose drifts' median is a pair's predicted drift (``RttFloors.predict``)."""
+PREDICT_OFFSETS = 5
+"""Trusted windows whose offsets' median is a pair's predicted offset."""
 _OWD = TypeAdapter(dict[str, OwdStats])
 
 
@@ -154,31 +167,102 @@ class WindowResult:
 
 
 class RttFloors:
-    """Per pair of VMs, its minimum round trips (ns) of the last ``span`` windows; their
-    least is the pair's floor, its round trip with no queue standing. Relative to each pair's
-    own floor, not to other pairs': pairs differ by their paths (a leaf's VMs between
-    themselves, across spines, links with a configured delay). The coordinator keeps one
-    across windows, which it solves in order from one thread (``Coordinator.step``).
+    """Per pair of VMs, its minimum round trips (ns) of the last windows, whose least is the
+    pair's floor, its round trip with no queue standing, and its trusted fits (``trust``,
+    ``predict``; ``agents.anchor``). Relative to each pair's own floor, not to other pairs':
+    pairs differ by their paths (a leaf's VMs between themselves, across spines, links with a
+    configured delay). The coordinator keeps one across windows, which it solves in order
+    from one thread (``Coordinator.step``).
+
+    Args:
+        span: windows of the floor that ``queued`` judges against (``FLOOR_WINDOWS``).
+        keep: windows of history kept (at least ``span``): the longest floor (``floor``'s
+            ``span``) and the trusted fits (``ANCHOR_WINDOWS``).
 
     Raises:
         ValueError: ``span`` < 1.
     """
 
-    def __init__(self, span: int = FLOOR_WINDOWS):
+    def __init__(self, span: int = FLOOR_WINDOWS, keep: int = ANCHOR_WINDOWS):
         if span < 1:
             raise ValueError(f"span must be at least 1 window, not {span}")
         self.span = span
+        self.keep = max(span, keep)
         self._seen: dict[tuple[str, str], deque[tuple[int, float]]] = {}
+        self._fits: dict[tuple[str, str], deque[tuple[int, int, float, float]]] = {}
         self._prune_at = 0  # next window at which pairs no longer probed are forgotten
 
-    def floor(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Each pair ``(a, b)``'s floor before window ``k``, ns (NaN: none yet)."""
-        keys = [(vms[i], vms[j]) for i, j in zip(a.tolist(), b.tolist(), strict=True)]
-        return np.array([min((r for kk, r in self._seen.get(key, ()) if k - self.span <= kk
-                              < k), default=np.nan) for key in keys], dtype=float)
+    @staticmethod
+    def keys(vms: list[str], a: np.ndarray, b: np.ndarray) -> list[tuple[str, str]]:
+        """The pairs ``(a, b)`` (indices into ``vms``) as names."""
+        return [(vms[i], vms[j]) for i, j in zip(a.tolist(), b.tolist(), strict=True)]
+
+    def floor(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray,
+              span: int | None = None) -> np.ndarray:
+        """Each pair ``(a, b)``'s floor before window ``k`` over ``span`` windows (default
+        ``self.span``, at most ``keep``), ns (NaN: none yet)."""
+        return self.floors(k, vms, a, b, (span or self.span,))[0]
+
+    def floors(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray,
+               spans: tuple[int, ...]) -> list[np.ndarray]:
+        """``floor`` over each of ``spans``, in one pass over the history."""
+        los = [k - min(sp, self.keep) for sp in spans]
+        out = np.full((len(spans), a.size), np.nan)
+        for i, key in enumerate(self.keys(vms, a, b)):
+            for kk, r in self._seen.get(key, ()):
+                if kk < k:
+                    for j, lo in enumerate(los):
+                        if lo <= kk and not r >= out[j, i]:
+                            out[j, i] = r
+        return list(out)
+
+    def forget_offsets(self, vms: list[str], a: np.ndarray, b: np.ndarray,
+                       sel: np.ndarray) -> None:
+        """The pairs ``sel`` (a mask over ``(a, b)``: their round trip fell below their floor,
+        so their earlier windows were judged against a queue's) forget their trusted offsets,
+        not their drifts (a queue that stands alike at both ends of a window does not tilt
+        it)."""
+        for i in np.flatnonzero(sel).tolist():
+            seen = self._fits.get((vms[a[i]], vms[b[i]]), ())
+            for j, (kk, t, _, d) in enumerate(seen):
+                seen[j] = (kk, t, np.nan, d)
+
+    def trust(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray, t_ns: np.ndarray,
+              x: np.ndarray) -> None:
+        """Keep window ``k``'s clocks of the pairs ``(a, b)`` as trusted: B - A (ns, ``x[:,
+        0]``) at A's instant ``t_ns`` (int64) and its drift (ppm, ``x[:, 1]``), as the
+        network solve put them (its VMs' estimates' differences: the loops correct a pair
+        whose own fit was queued, or whose clock stepped)."""
+        for i, key in enumerate(self.keys(vms, a, b)):
+            seen = self._fits.setdefault(key, deque())
+            seen.append((k, int(t_ns[i]), float(x[i, 0]), float(x[i, 1])))
+            while seen[0][0] <= k - self.keep:
+                seen.popleft()
+
+    def predict(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray,
+                t_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each pair's B - A (ns) at its A-clock instant ``t_ns`` and its slope (ppm),
+        predicted from its trusted fits of the ``keep`` windows before ``k``: the slope is
+        the median of the latest ``PREDICT_DRIFTS`` windows' drifts, the offset the median of
+        the latest ``PREDICT_OFFSETS`` windows' offsets carried to ``t_ns`` on that slope
+        (medians: a window tilted by a queue, or anchored on the wrong side, does not move
+        them). NaN: no trusted offset."""
+        off = np.full(a.size, np.nan)
+        drift = np.full(a.size, np.nan)
+        for i, key in enumerate(self.keys(vms, a, b)):
+            seen = [e for e in self._fits.get(key, ()) if k - self.keep <= e[0] < k]
+            offs = [e for e in seen if np.isfinite(e[2])][-PREDICT_OFFSETS:]
+            if not offs:
+                continue
+            d = float(np.median([e[3] for e in seen[-PREDICT_DRIFTS:]]))
+            drift[i] = d
+            off[i] = float(np.median([o + d * 1e-6 * float(int(t_ns[i]) - t)
+                                      for _, t, o, _ in offs]))
+        return off, drift
 
     def queued(self, k: int, vms: list[str], a: np.ndarray, b: np.ndarray, rtt: np.ndarray,
-               ref: int, floor: np.ndarray | None = None) -> np.ndarray:
+               ref: int, floor: np.ndarray | None = None,
+               anchored: np.ndarray | None = None) -> np.ndarray:
         """The VMs (indices into ``vms``, never ``ref``) at least ``QUEUED_SHARE`` of whose
         pairs of window ``k`` with a floor (pairs ``(a, b)``, minimum round trips ``rtt`` ns)
         stand more than ``QUEUED_NS`` above it; then window ``k``'s round trips join the
@@ -186,22 +270,27 @@ class RttFloors:
         queue stood up has its floor's round trip and still the others' bias; not a
         majority: a VM half of whose peers are queued (an incast's ranks) is not. The
         reference stays: its bias shifts every other VM alike (offset differences,
-        collocation, keep). ``floor``: ``floor(k, vms, a, b)`` if the caller has it."""
-        keys = [(vms[i], vms[j]) for i, j in zip(a.tolist(), b.tolist(), strict=True)]
+        collocation, keep). ``floor``: ``floor(k, vms, a, b)`` if the caller has it;
+        ``anchored``: a mask of pairs re-anchored on their free direction (``agents.anchor``),
+        which never count as above."""
+        keys = self.keys(vms, a, b)
         if floor is None:
             floor = self.floor(k, vms, a, b)
         for key, r in zip(keys, rtt.tolist(), strict=True):
             seen = self._seen.setdefault(key, deque())
             seen.append((k, r))
-            while seen[0][0] <= k - self.span:
+            while seen[0][0] <= k - self.keep:
                 seen.popleft()
         if k >= self._prune_at:  # pairs no longer probed (peers re-drawn, VMs gone)
-            self._prune_at = k + self.span
-            for key in [q for q, seen in self._seen.items() if seen[-1][0] <= k - self.span]:
-                del self._seen[key]
+            self._prune_at = k + self.keep
+            for hist in (self._seen, self._fits):
+                for key in [q for q, seen in hist.items() if seen[-1][0] <= k - self.keep]:
+                    del hist[key]
         has = ~np.isnan(floor)
-        over = (rtt[has] - floor[has]) > QUEUED_NS
-        ah, bh = a[has], b[has]
+        over = (rtt - np.where(has, floor, 0.0)) > QUEUED_NS
+        if anchored is not None:
+            over &= ~anchored
+        ah, bh, over = a[has], b[has], over[has]
         if 0 <= ref and _share(len(vms), ah, bh, over)[ref]:
             over &= (ah != ref) & (bh != ref)  # its queue, not its peers'
         bad = np.flatnonzero(_share(len(vms), ah, bh, over))
@@ -270,25 +359,37 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
     counts = Counter() if counts is None else counts
     t_k = k * window_ns + window_ns // 2
     vms, dsrc, ddst = records.vms, records.src, records.dst
-    pa, pb, huygens, ntp_fits, rtt, part_rtt = _fit_pairs(records, dsrc, ddst, guard_ns,
-                                                          counts, window_ns)
+    pa, pb, huygens, ntp_fits, rtt, part_rtt, probes = _fit_pairs(records, dsrc, ddst,
+                                                                  guard_ns, counts, window_ns)
     if not pa.size:
         return None
     queued = np.empty(0, dtype=np.int64)
+    suspect = np.zeros(pa.size, dtype=bool)  # queued for the pair, not anchored
+    fitted = pa, pb
     if floors is not None:
         iref = vms.index(ref) if ref in vms else -1
-        floor = floors.floor(k, vms, pa, pb)
-        queued = floors.queued(k, vms, pa, pb, rtt, iref, floor)
+        floor, long_floor = floors.floors(k, vms, pa, pb, (floors.span, ANCHOR_WINDOWS))
+        huygens, anchored, pair_queued = anchor(
+            probes, huygens, rtt, part_rtt, long_floor,
+            lambda i, t_ns: floors.predict(k, vms, pa[i], pb[i], t_ns))
+        counts["pairs_queued"] += int(pair_queued.sum())
+        counts["pairs_anchored"] += int(anchored.sum())
+        floors.forget_offsets(vms, pa, pb, rtt < long_floor - ANCHOR_EXCESS_NS)
+        suspect = pair_queued & ~anchored
+        part_rtt = np.where(anchored[:, None], np.inf, part_rtt)
+        queued = floors.queued(k, vms, pa, pb, rtt, iref, floor, anchored)
         part = np.setdiff1d(_queued_in_parts(len(vms), pa, pb, part_rtt, floor, iref), queued)
         if part.size:  # queued in most parts, not over the whole window
             counts["vms_queued_part"] += int(part.size)
             queued = np.union1d(queued, part)
+        if queued.size and iref >= 0:  # kept where pairs free of the queue reach ref
+            queued = queued[~_component(len(vms), iref, pa[~suspect], pb[~suspect])[queued]]
     touch = np.isin(pa, queued) | np.isin(pb, queued)
     qa, qb, qfits = pa[touch], pb[touch], _take(huygens, touch)  # for their OWD only
     if queued.size:
         counts["vms_queued"] += int(queued.size)
         log.info("window %d: left out as queued: %s", k, [vms[i] for i in queued.tolist()])
-        pa, pb = pa[~touch], pb[~touch]
+        pa, pb, suspect = pa[~touch], pb[~touch], suspect[~touch]
         huygens, ntp_fits = _take(huygens, ~touch), _take(ntp_fits, ~touch)
         if not pa.size:
             return None
@@ -297,6 +398,12 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
     if inside is None or inside.sum() < 2:
         counts["windows_without_reference"] += 1
         return None
+    clean = _component(len(vms), r, pa[~suspect], pb[~suspect])  # reached free of queues
+    if suspect.any():  # left out where both VMs stay connected to ref without them
+        drop = suspect & clean[pa] & clean[pb]
+        counts["pairs_left_out"] += int(drop.sum())
+        pa, pb = pa[~drop], pb[~drop]
+        huygens, ntp_fits = _take(huygens, ~drop), _take(ntp_fits, ~drop)
     names = [vms[i] for i in np.flatnonzero(inside).tolist()]
     index = np.cumsum(inside) - 1  # VM -> its row in the solve (inside only)
     keep = inside[pa]
@@ -325,6 +432,12 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
         return None
     est = _estimates(names, x, sig)
     theta = x[:, 0]
+    if floors is not None:  # every fitted pair's network-corrected clock, at the centre on
+        fa, fb = fitted      # A's clock, those left out of the solve too, between VMs that
+        both = clean[fa] & clean[fb]  # pairs free of queues connect to the reference
+        fa, fb = fa[both], fb[both]
+        floors.trust(k, vms, fa, fb, t_k + np.round(theta[index[fa]]).astype(np.int64),
+                     x[index[fb]] - x[index[fa]])
     ntp: dict[str, NodeEstimate] = {}
     ok = ntp_fits.ok
     ninside = _component(len(vms), r, pa[ok], pb[ok])
@@ -404,7 +517,8 @@ def _owd(records: Records, names: list[str], src: np.ndarray, dst: np.ndarray,
 
 def _fit_pairs(records: Records, src: np.ndarray, dst: np.ndarray, guard_ns: float,
                counts: Counter[str], window_ns: int
-               ) -> tuple[np.ndarray, np.ndarray, PairFits, PairFits, np.ndarray, np.ndarray]:
+               ) -> tuple[np.ndarray, np.ndarray, PairFits, PairFits, np.ndarray, np.ndarray,
+                          Probes]:
     """The pairs (a, b) (a < b: ``src``, ``dst`` are each direction's VMs, numbered in name
     order) probed both ways with enough pure probes whose Huygens fit succeeded and is
     consistent, as arrays ``(a, b)``, with their Huygens and NTP-style fits (``ok`` False
@@ -424,7 +538,7 @@ def _fit_pairs(records: Records, src: np.ndarray, dst: np.ndarray, guard_ns: flo
     fi = cand[~few]
     ri = back[fi]
     if not fi.size:
-        return fi, fi, None, None, fi, np.empty((0, PARTS))
+        return fi, fi, None, None, fi, np.empty((0, PARTS)), None
     st = records.starts
     fsel, rsel = segments.ranges(st[fi], st[fi + 1]), segments.ranges(st[ri], st[ri + 1])
     fsel, rsel = fsel[pure[fsel]], rsel[pure[rsel]]  # pair by pair, each in record order
@@ -442,7 +556,17 @@ def _fit_pairs(records: Records, src: np.ndarray, dst: np.ndarray, guard_ns: flo
     n = ntp_many(p, np.maximum(1, np.minimum(8, nf // 4)))
     counts["ntp_fit_failures"] += int((consistent & ~n.ok).sum())
     return (src[fi][consistent], dst[fi][consistent], _take(h, consistent),
-            _take(n, consistent), (fwd_min + rev_min)[consistent], part_rtt[consistent])
+            _take(n, consistent), (fwd_min + rev_min)[consistent], part_rtt[consistent],
+            _take_probes(p, consistent))
+
+
+def _take_probes(p: Probes, sel: np.ndarray) -> Probes:
+    """The pairs ``sel`` (a mask) of ``p``."""
+    fs, rs = p.fwd_starts, p.rev_starts
+    i = np.flatnonzero(sel)
+    fsel, rsel = segments.ranges(fs[i], fs[i + 1]), segments.ranges(rs[i], rs[i + 1])
+    return Probes(p.fwd_tx[fsel], p.fwd_rx[fsel], segments.starts_of(fs[i + 1] - fs[i]),
+                  p.rev_tx[rsel], p.rev_rx[rsel], segments.starts_of(rs[i + 1] - rs[i]))
 
 
 def _min_delays_ns(fits: PairFits, p: Probes, window_ns: int

@@ -5,7 +5,11 @@ daemon's with its interval and verdict (``session.stats``), and each daemon's co
 time. The daemons' errors are their clients' achieved clocks minus the
 reference's (from the truth); the agent's and the NTP-style baseline's are their estimates
 against the truth (``sync.series``), measured on the same lab at the same time, over the
-same period (the windows from the daemons' warm-up on).
+same period (the windows from the daemons' warm-up on). The agent's rows cover every VM but
+the reference (the leaf behind the reference's queue, and the other leaf behind the
+leaf-to-leaf path), a daemon's only its client VM: the rows ``nslab agent, VM`` score the
+agent's estimates on one daemon's VM alone, and each daemon is compared with the agent on its
+own VM; the NTP-style baseline with the agent over every VM.
 
     sudo .venv/bin/python benchmarks/clock_daemons.py [--runs 3] [--duration 180]
 
@@ -43,19 +47,23 @@ def run_case(name: str, case: str, duration_s: float, warmup_s: float) -> dict:
                            "converged_s": sync["converged_s"]},
            "NTP-style": {**after(series, "baseline_ntp_offset_error_us", up + warmup_s),
                          "converged_s": None}}
+    for vm in sc.clock_daemons.clients:  # the agent on each daemon's own VM
+        out[f"nslab agent, {vm}"] = {**after(series, "offset_error_us", up + warmup_s, [vm]),
+                                     "converged_s": None, "vm": vm}
     out["fidelity"] = {"saturated": doc["lab"]["fidelity"]["saturated"],
                        "saturated_share": doc["lab"]["fidelity"]["saturated_share"]}
     for r in sync["clock_daemons"]["rows"]:
         e = r["offset_error_us"]
         out[r["daemon"]] = {"p50": e["p50"], "p99": e["p99"], "converged_s": r["converged_s"],
-                            "synced_log": r["synced_log"]}
+                            "synced_log": r["synced_log"], "vm": r["vm"]}
     return out
 
 
-def after(series: dict, key: str, t0_s: float) -> dict:
+def after(series: dict, key: str, t0_s: float, vms: list[str] | None = None) -> dict:
     """p50/p99 of |error| (us) of the series' windows centred at ``t0_s`` (s after bring-up)
-    or later: the agents' estimates scored over the daemons' scoring period."""
-    errs = [abs(e) for v in series[key].values()
+    or later, over every VM's (``vms``: only theirs): the agents' estimates scored over the
+    daemons' scoring period."""
+    errs = [abs(e) for vm, v in series[key].items() if vms is None or vm in vms
             for t, e in zip(series["t_s"], v, strict=True) if t >= t0_s and e is not None]
     if not errs:
         return {"p50": None, "p99": None}
@@ -65,7 +73,9 @@ def after(series: dict, key: str, t0_s: float) -> dict:
 
 def summarize(runs: list[dict]) -> dict:
     """Per case: each estimator's median p50/p99/converged_s with intervals, and the agent's
-    p99 against each other estimator's (ratio, interval, verdict)."""
+    p99 against each other estimator's (ratio, interval, verdict): against a daemon, the
+    agent's on that daemon's VM (its row ``"nslab agent, vm2"``); against the NTP-style
+    baseline, over every VM."""
     out = {}
     for case in CASES:
         rows = [r["rows"] for r in runs if r["case"] == case]
@@ -73,9 +83,10 @@ def summarize(runs: list[dict]) -> dict:
         med = {est: {k: dict(zip(("median", "ci"), median_ci([r[est][k] for r in rows]),
                                  strict=True))
                      for k in ("p50", "p99", "converged_s")} for est in ests}
-        agent = [r["nslab agent"]["p99"] for r in rows]
         ratios = {}
-        for est in ests[1:]:
+        for est in [e for e in ests if not e.startswith("nslab agent")]:
+            mine = f"nslab agent, {rows[0][est].get('vm')}"  # the agent on the same VM
+            agent = [r[mine if mine in r else "nslab agent"]["p99"] for r in rows]
             ratio, ci, n = ratio_ci(agent, [r[est]["p99"] for r in rows])
             ratios[est] = {"ratio": ratio, "ci": ci, "n": n, "verdict": verdict(ci)}
         out[case] = {"medians": med, "agent_p99_over": ratios}

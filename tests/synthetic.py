@@ -6,7 +6,7 @@ as the agents' messages (``contracts.messages``).
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 from agents.clock import ClockSpec
 from contracts.messages import REPORT_SCHEMA, AgentStats, Hello, Report, pack_records
@@ -31,7 +31,8 @@ def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.
             silent: Collection[str] = (),
             peers: Mapping[str, Collection[str]] | None = None, t0_ns: int = T0_NS,
             stats: AgentStats | None = None, packed: bool = True,
-            standing_ns: Mapping[tuple[str, str], float] | None = None,
+            standing_ns: Mapping[tuple[str, str], float | Callable[[float], float]]
+            | None = None,
             standing_s: tuple[float, float] | None = None
             ) -> Iterator[list[Report]]:
     """Every VM's report after each ``chunk_s`` of true time, from ``t0_ns + start_s`` for
@@ -45,7 +46,9 @@ def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.
     ``stats`` is every report's counters (default zeros); ``standing_ns[(src, dst)]``: a
     queue that stands all along, added to every probe of that direction, or only to those sent
     within ``standing_s = (from_s, to_s)``, true seconds after ``t0_ns`` (a flow that covers
-    a part of a window: its queue stands up and drains at once). The records are packed
+    a part of a window: its queue stands up and drains at once); a callable there is the
+    queue's depth (ns) at each probe's send time (true seconds after ``t0_ns``): a queue
+    that varies. The records are packed
     (``Report.rx_packed``, as the agents send them), or JSON rows (``Report.rx``) with
     ``packed=False``.
     """
@@ -75,7 +78,8 @@ def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.
                         q = common + rng.expovariate(1 / 300)
                         if idx == 1 and rng.random() < 0.2:  # cross traffic between them
                             q += rng.expovariate(1 / mean_q)
-                        stood = stand if stand_lo <= tx_true < stand_hi else 0
+                        depth = stand((tx_true - t0_ns) / S) if callable(stand) else stand
+                        stood = depth if stand_lo <= tx_true < stand_hi else 0
                         rx_true = tx_true + dmin_ns + int(q + stood)
                         rx[dst].setdefault(src, []).append(
                             [pid, idx, specs[src].to_vm_ns(tx_true),
