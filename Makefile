@@ -117,6 +117,7 @@ bench: setup
 	$(BIN)/python benchmarks/clock_daemons.py
 	$(BIN)/python benchmarks/pacer.py
 	$(BIN)/python benchmarks/pacer_model.py
+	$(BIN)/python benchmarks/exercise_pacer.py
 	$(BIN)/python benchmarks/lb.py
 	$(BIN)/python benchmarks/soak.py
 	$(BIN)/python benchmarks/fuzz.py

@@ -53,18 +53,15 @@ def test_colocated_start_then_check(tmp_path, capsys):
 
 
 def test_pacer_start_then_check(tmp_path):
-    """``pacer`` started and checked, each check a lab of its own running the Gather unpaced
-    and twice paced: the answer it starts from (On-Ramp's rule as published) fails, the pacer's
-    own rules pass: the better paced run drops at least 95 % fewer packets than the unpaced one
-    (measured: none in 15 of 17 single paced runs, then 3 and 8 of 457 in both of a fresh-clone
-    run's; docs/exercises.md), judged unless the check's lab ran saturated."""
+    """``pacer`` started and checked with the pacer's own rules, the check a lab of its own
+    running the Gather unpaced and twice paced: the better paced run drops at least 95 % fewer
+    packets than the unpaced one, judged unless the check's lab ran saturated. That the
+    template (On-Ramp's rule as published) fails is the exercise's claim measured by
+    ``benchmarks/exercise_pacer.py``; the verdict's rules are unit tests (test_exercise.py)."""
     ex = exercise.load_exercise("pacer")
     record = exercise.start(ex, 1, tmp_path, lab_name="exc_pacer")
     assert record["observations"]["jobs"]["incast"]["fabric_drops"] > 0, record["observations"]
-    template, answer = tmp_path / "template.yaml", tmp_path / "answer.yaml"
-    template.write_text(ex.answer)
-    wrong = exercise.check(ex, template, tmp_path, lab_name="exc_pacer")
-    assert not wrong.passed and "at least 95.0% needed, the best of" in wrong.text(), wrong.text()
+    answer = tmp_path / "answer.yaml"
     answer.write_text("threshold_us: 2000\nmax_hold_us: 20000\nprobe_us: 2000\n")
     right = exercise.check(ex, answer, tmp_path, lab_name="exc_pacer")
     if right.fidelity["saturated"] and not right.passed:
