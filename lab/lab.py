@@ -225,9 +225,8 @@ class Lab:
 
     def _start_tunnels(self) -> None:
         """Bring up every cut link's tunnel (after the nodes, before the routes)."""
-        netns = {n.name: n.netns for n in self.net.switches}
         for cut in self.split.cut:
-            link = VxlanLink(self.name, cut, self.servers, netns)
+            link = VxlanLink(self.name, cut, self.net.nameToNode)
             self.tunnels[frozenset((cut.node_a, cut.node_b))] = link
             link.up()
 

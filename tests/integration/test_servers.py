@@ -51,6 +51,12 @@ def iperf3_mbit(lab, src: str, dst: str) -> float:
         server.wait(timeout=10)
 
 
+def tc_show(end, what: str) -> str:
+    """``tc what show`` of the interface emulating link end ``end``, on its server."""
+    node = end.shaper_node
+    return node.on.run(["tc", "-n", node.netns, what, "show", "dev", end.shaper_name])
+
+
 def cross_pings_ok(lab) -> bool:
     """Every VM under leaf1 (s1) pings every VM under leaf2 (s2)."""
     return all(lab[a].cmd(f"ping -c 2 -i 0.2 -W 1 -q {lab[b].IP()}").count(" 0% packet loss")
@@ -79,14 +85,14 @@ def test_a_lab_split_across_two_servers_pings_carries_tcp_reroutes_and_cleans_up
         assert [c.server for c in lab.server_clocks] == ["s1", "s2"]
         for link in lab.tunnels.values():
             assert link.mtu == 1500 - VXLAN_OVERHEAD
-            for node, srv, ifname, _ in link.ends:
-                shell, ns = lab.servers[srv], lab[node].netns
-                show = shell.run(["ip", "-n", ns, "-d", "link", "show", ifname])
+            for end in link.ends:
+                show = end.node.on.run(["ip", "-n", end.node.netns, "-d", "link", "show",
+                                        end.name])
                 assert f"vxlan id {link.vni} " in show and f"mtu {link.mtu} " in show
                 # its socket lives in the server's namespace, the device in the router's
+                srv = end.node.on.server.name
                 assert re.search(rf"link-netns {netns_name(DC, srv)}\b", show)
-                assert f"rate {RATE}Mbit" in shell.run(["tc", "-n", ns, "class", "show",
-                                                        "dev", ifname])
+                assert f"rate {RATE}Mbit" in tc_show(end, "class")
         # a remote VM's processes: in its namespace there, in its host's cgroup there
         # (the server's own top cgroup), on its VM clock, without CAP_SYS_TIME (bit 25
         # of the bounding set)
@@ -114,6 +120,17 @@ def test_a_lab_split_across_two_servers_pings_carries_tcp_reroutes_and_cleans_up
         assert cross_pings_ok(lab)
         lab.faults.link_up("leaf1", "spine2")
         assert lab["leaf1"].cmd(route).count("nexthop via") == 2
+
+        # rate and queue changes on the remote server: a VM's link there (leaf2's end and
+        # the IFB emulating vm3's vNIC, both in leaf2 on s2) and both ends of a cut link
+        lab.faults.rate("leaf2", "vm3", 40)
+        lab.faults.rate("leaf2", "spine1", 30)
+        lab.faults.queue("leaf2", "spine1", 60)
+        ends = [*lab.faults.ends("leaf2", "vm3"), *lab.faults.ends("leaf2", "spine1")]
+        assert sorted(e.shaper_node.on.server.name for e in ends) == ["s1"] + ["s2"] * 3
+        for end, mbit in zip(ends, (40, 40, 30, 30), strict=True):
+            assert f"rate {mbit}Mbit" in tc_show(end, "class"), end.shaper_name
+        assert all("limit 60" in tc_show(end, "qdisc") for end in ends[2:])
 
         # VM faults on the remote server: a CPU hog there, a pause (its cgroup frozen there,
         # its vNIC silenced), then both undone
