@@ -15,8 +15,11 @@ import subprocess
 import sys
 
 import pytest
+from scapy.layers.inet import ICMP
+from scapy.utils import rdpcap
 from servers import emulated_servers
 
+from lab.capture import Capture
 from lab.clean import clean
 from lab.lab import Lab
 from lab.names import netns_name, state_dir
@@ -70,7 +73,7 @@ def dc():
         yield servers
 
 
-def test_a_lab_split_across_two_servers_pings_carries_tcp_reroutes_and_cleans_up(dc):
+def test_a_lab_split_across_two_servers_pings_carries_tcp_reroutes_and_cleans_up(dc, tmp_path):
     topo = LeafSpine(spines=2, leaves=2, vms_per_leaf=2, host_bw=100, fabric_bw=RATE)
     hosts, ssh_options = dc
     lab = Lab(topo, name=LAB, seed=3, servers=hosts, ssh_options=ssh_options,
@@ -131,6 +134,15 @@ def test_a_lab_split_across_two_servers_pings_carries_tcp_reroutes_and_cleans_up
         for end, mbit in zip(ends, (40, 40, 30, 30), strict=True):
             assert f"rate {mbit}Mbit" in tc_show(end, "class"), end.shaper_name
         assert all("limit 60" in tc_show(end, "qdisc") for end in ends[2:])
+
+        # a capture of a VM on s2: tcpdump there, its pcap brought back here at stop
+        cap = Capture(lab, str(tmp_path / "pcaps"), ["vm3"], bpf="icmp")
+        cap.start()
+        assert " 0% packet loss" in lab["vm1"].cmd(f"ping -c 3 -i 0.2 {lab['vm3'].IP()}")
+        pcap = cap.stop()["vm3.pcap"]
+        echoes = [p[ICMP].type for p in rdpcap(pcap)]
+        assert echoes.count(8) == echoes.count(0) == 3, echoes  # requests in, replies out
+        assert cap.packets[pcap] == 6
 
         # VM faults on the remote server: a CPU hog there, a pause (its cgroup frozen there,
         # its vNIC silenced), then both undone
