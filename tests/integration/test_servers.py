@@ -156,6 +156,13 @@ def test_a_lab_split_across_two_servers_pings_carries_tcp_reroutes_and_cleans_up
         assert " 0% packet loss" in lab["vm1"].cmd(ping)
         lab.faults.cpu_hog("vm4", enable=False)
         assert hog.returncode is not None
+
+        # s2's clock measured during the run too: one clock here, so each sample's offset is
+        # within half its round trip (plus the 1 us of $EPOCHREALTIME)
+        series = lab.server_clocks[1].series
+        assert len(series) >= 2 and 0 < series[0].t_s < series[-1].t_s, series
+        assert all(abs(s.offset_us) <= s.rtt_us / 2 + 1 for s in series), series
+        assert lab.server_sync_us >= max(abs(s.offset_us) + s.rtt_us / 2 for s in series)
     finally:
         lab.stop()
     assert lab.leftovers == [], lab.leftovers
@@ -208,6 +215,7 @@ def test_nslab_run_with_servers_runs_a_scenario_across_them(dc, tmp_path):
     doc = json.loads(out.read_text())
     assert [c["server"] for c in doc["truth"]["servers"]] == [h.address for h in hosts]
     assert doc["truth"]["server_sync_us"] > 0
+    assert len(doc["truth"]["servers"][1]["series"]) >= 3  # every 2 s of the 16 s run
     assert "scores across servers good to" in r.stdout
     (load,) = doc["load"]  # vm1 (first server) to vm3 (second): through a tunnel
     assert load["error"] is None and load["mbit"] >= 0.9 * RATE, load
