@@ -29,7 +29,8 @@ def add_parser(sub) -> None:
                    "interleaved (default: the scenario's repeat, 1); each comparison gets "
                    "medians, a 95 %% interval and a verdict"),
     p.add_argument("--pcap", metavar="DIR", help="record packets with tcpdump into DIR, one "
-                   "pcap per interface (agents' probes: tools/wireshark/nslab_probe.lua)")
+                   "pcap per interface, on any server of a split lab (brought back here at "
+                   "the end; agents' probes: tools/wireshark/nslab_probe.lua)")
     p.add_argument("--capture", metavar="TARGETS", type=lambda s: [t for t in s.split(",") if t],
                    help="with --pcap: comma-separated VMs and links a-b to record "
                    "(e.g. vm1,leaf1-spine1; default: every VM)")

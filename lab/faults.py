@@ -6,11 +6,11 @@ changes nothing.
 Links are named by their two end nodes (``"leaf1", "spine1"``); changes apply to both
 directions. Rates are Mbit/s, loss percent, queue limits packets, clock steps ms.
 
-In a lab split across servers, a link cut between servers (its VXLAN tunnel, ``lab.tunnel``)
-goes down and up (``link_down``, ``link_up``, ``flap``) on both servers, and link state, loss,
-CPU hogs and pause/resume reach nodes on any server; a rate or queue change on a remote node
-or a cut link, loss on a cut link, and a clock step or migration of a remote VM are refused
-(``LabError``, saying so) rather than applied to this machine's kernel.
+In a lab split across servers, every link fault reaches both ends on their servers (a cut
+link's ends are its VXLAN tunnel's, ``lab.tunnel.TunnelEnd``: state, rate, queue and loss
+changed in each router's namespace there), and CPU hogs and pause/resume reach VMs on any
+server; a clock step or migration of a remote VM is refused (``LabError``, saying so) rather
+than applied to this machine's files.
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ class Faults:
             links.setdefault(frozenset(i.node.name for i in ends),
                              all(i.shaping.bw is not None for i in ends))
         for pair, tunnel in self.lab.tunnels.items():
-            links[pair] = tunnel.shaping.bw is not None
+            links[pair] = all(end.shaping.bw is not None for end in tunnel.ends)
         return LabFacts(self.lab.name, nodes=frozenset(net.nameToNode), links=links,
                         vms=dict(self.lab.phys), paused=frozenset(self.paused))
 
@@ -90,37 +90,33 @@ class Faults:
         return fault
 
     def ends(self, a: str, b: str):
-        """The two interfaces of the link between nodes ``a`` and ``b``.
+        """The two ends of the link between nodes ``a`` and ``b``: ``lab.links.ShapedIntf``,
+        or a cut link's ``lab.tunnel.TunnelEnd`` (in no fixed order).
 
         Raises:
             LabError: no such node or link.
         """
         check_link(self.facts(), a, b)
-        if frozenset((a, b)) in self.lab.tunnels:
-            raise LabError(f"link {a}-{b} is cut between servers: only link_down, link_up "
-                           "and flap reach its tunnel so far")
+        tunnel = self.lab.tunnels.get(frozenset((a, b)))
+        if tunnel is not None:
+            return tuple(tunnel.ends)
         net = self.lab.net
         link = net.linksBetween(net[a], net[b])[0]
         return link.intf1, link.intf2
 
-    def _local(self, *nodes: str) -> None:
-        """Refuse a change on a node that runs on a remote server.
+    def _local(self, vm: str) -> None:
+        """Refuse a clock change of a VM that runs on a remote server.
 
         Raises:
-            LabError: naming the node and its server.
+            LabError: naming the VM and its server.
         """
-        for n in nodes:
-            node = self.lab.net[n]
-            if node.remote:
-                raise LabError(f"{n} runs on server {node.on.server.name}: this fault is not "
-                               "applied on remote servers yet")
+        node = self.lab.net[vm]
+        if node.remote:
+            raise LabError(f"{vm} runs on server {node.on.server.name}: a VM's clock is "
+                           "changed on this machine only")
 
     # -- links -----------------------------------------------------------------------------
     def _set_state(self, a: str, b: str, state: str) -> None:
-        tunnel = self.lab.tunnels.get(frozenset((a, b)))
-        if tunnel is not None:
-            tunnel.set_up(state == "up")
-            return
         for intf in self.ends(a, b):
             intf.node.run_batch("ip", [f"link set dev {intf.name} {state}"])
 
@@ -178,7 +174,6 @@ class Faults:
     def rate(self, a: str, b: str, mbit: float) -> Event:
         """Change the link rate (Mbit/s) of a shaped link."""
         fault = self._allowed(Rate, link=(a, b), mbit=mbit)
-        self._local(a, b)
         ends = list(self._reshape(a, b, bw=mbit))
         nic = self.lab.host_layer.nic_of(a, b)
         if nic is not None:  # a host's NIC: every VM's class follows
@@ -187,13 +182,12 @@ class Faults:
             qos.reshape(ends, self.lab.classes)
         else:
             for intf in ends:
-                tc.set_rate(intf.shaper_node.ipr, intf.shaper_index, mbit)
+                intf.shaper_node.run_batch("tc", tc.rate_change(intf.shaper_name, mbit))
         return self.lab.stamp_fault(fault)
 
     def queue(self, a: str, b: str, packets: int) -> Event:
         """Change the queue limit (packets) of a link."""
         fault = self._allowed(Queue, link=(a, b), packets=packets)
-        self._local(a, b)
         ends = list(self._reshape(a, b, max_queue_size=packets))
         nic = self.lab.host_layer.nic_of(a, b)
         if nic is not None and nic.share_mbit:  # a shaped host NIC: every VM's queue there
@@ -202,7 +196,8 @@ class Faults:
             qos.reshape(ends, self.lab.classes)
         else:
             for intf in ends:
-                tc.set_queue(intf.shaper_node.ipr, intf.shaper_index, intf.shaping)
+                intf.shaper_node.run_batch("tc", tc.queue_change(intf.shaper_name,
+                                                                 intf.shaping))
         return self.lab.stamp_fault(fault)
 
     # -- VMs -------------------------------------------------------------------------------

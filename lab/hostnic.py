@@ -146,8 +146,8 @@ class HostLayer:
         for intf, _ in nic.directions():
             minors = [OTHER_MINOR] + [VM_MINOR + self._index[vm] for vm in self.members(nic.host)]
             intf.node.run_batch("tc", [
-                line.replace("qdisc add", "qdisc replace", 1) for m in minors
-                for line in tc.leaf_line(intf.name, f"parent 1:{m:x}", f"{m:x}:", intf.shaping)])
+                line for m in minors for line in tc.leaf_line(
+                    intf.name, f"parent 1:{m:x}", f"{m:x}:", intf.shaping, verb="replace")])
 
     def migrate(self, vm: str, old: str, new: str) -> None:
         """Move ``vm``'s vNIC from host ``old``'s virtual switch to ``new``'s, and its NIC

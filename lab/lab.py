@@ -42,7 +42,7 @@ from lab.names import check_lab_name, lab_prefix, state_dir
 from lab.netlink import remove_netns
 from lab.nodes import VM, Router, fabric_node
 from lab.server_cgroups import RemoteCgroups, ServerCgroups
-from lab.server_clock import measure_all, sync_bound_us
+from lab.server_clock import ServerClocks
 from lab.servers import Servers, ServerShell
 from lab.tunnel import VxlanLink
 from lab.vmclock import library
@@ -139,8 +139,8 @@ class Lab:
         self._here = ServerShell(Server("local", "127.0.0.1"), state_dir(self.name))
         self.tunnels: dict[frozenset[str], VxlanLink] = {}
         """The cut links' tunnels, by their two routers."""
-        self.server_clocks: list[ServerClock] = []
-        """Each server's clock against the first's, measured at bring-up (none: one
+        self.server_watch: ServerClocks | None = None
+        """The servers' clocks, measured at bring-up and during the run (None: one
         server)."""
         self.fabric = check_mode(fabric)
         self.clock_config = clocks or ClockConfig()
@@ -186,10 +186,16 @@ class Lab:
         return os.path.join(self.servers.remote_dir(shell), "clock", f"{vm}.clock")
 
     @property
+    def server_clocks(self) -> list[ServerClock]:
+        """Each server's clock against the first's at bring-up, with its series during the
+        run (``lab.server_clock.ServerClocks.truth``; none: one server)."""
+        return self.server_watch.truth(self.t0_ns) if self.server_watch else []
+
+    @property
     def server_sync_us(self) -> float:
-        """us: how far two servers' truths may disagree (``lab.server_clock.sync_bound_us``;
-        0 on one server)."""
-        return sync_bound_us(self.server_clocks)
+        """us: how far two servers' truths may disagree at any time of the run so far
+        (``lab.server_clock.ServerClocks.sync_us``; 0 on one server)."""
+        return self.server_watch.sync_us() if self.server_watch else 0.0
 
     def _remote_vms(self) -> list[str]:
         return [vm for vm in self.topo.hosts() if not self.shell_of(vm).local]
@@ -202,7 +208,8 @@ class Lab:
             LabError: a server does not answer or lacks the preload.
         """
         self.servers.check()
-        self.server_clocks = measure_all(self.servers)
+        self.server_watch = ServerClocks(self.servers)
+        self.server_watch.measure()
         lib = library()
         for shell in self.servers.shells.values():
             if not shell.local:
@@ -225,9 +232,8 @@ class Lab:
 
     def _start_tunnels(self) -> None:
         """Bring up every cut link's tunnel (after the nodes, before the routes)."""
-        netns = {n.name: n.netns for n in self.net.switches}
         for cut in self.split.cut:
-            link = VxlanLink(self.name, cut, self.servers, netns)
+            link = VxlanLink(self.name, cut, self.net.nameToNode)
             self.tunnels[frozenset((cut.node_a, cut.node_b))] = link
             link.up()
 
@@ -325,6 +331,8 @@ class Lab:
             raise
         self.publish_state()
         self.t0_ns = time.time_ns()
+        if self.server_watch is not None:
+            self.server_watch.start()
         self.bringup_s = time.perf_counter() - t
         self.progress(f"lab {self.name} up in {self.bringup_s:.2f} s")
 
@@ -431,6 +439,10 @@ class Lab:
                 self.cgroups.destroy()
             except Exception as e:
                 errors.append(f"cgroups: {e}")
+        if self.server_watch is not None:
+            self.server_watch.stop()
+            if self.server_watch.error:
+                errors.append(f"server clocks: {self.server_watch.error}")
         if self.servers is not None:
             try:
                 errors += self.servers.teardown()

@@ -182,9 +182,22 @@ class LabNode(Node):
         cwd = params.pop("cwd", None)
         if cwd:
             prefix += ["env", "-C", cwd]
-        pidfile = os.path.join(self.lab.servers.remote_dir(self.on), "pids",
-                               f"{self.name}-{next(_SEQ)}")
-        return RemoteProcess(self.on, pidfile, [*prefix, *cmd], **params)
+        return RemoteProcess(self.on, self._pidfile(), [*prefix, *cmd], **params)
+
+    def _pidfile(self) -> str:
+        """A new PID file for a process of this node on its remote server."""
+        return os.path.join(self.lab.servers.remote_dir(self.on), "pids",
+                            f"{self.name}-{next(_SEQ)}")
+
+    def tap_popen(self, cmd: list[str], **params) -> subprocess.Popen:
+        """Start ``cmd`` in this node's namespace on its server as the lab itself, as a
+        hypervisor's tap runs (outside a VM's cgroups and clock, with the lab's
+        capabilities): ``ip netns exec`` here, a ``RemoteProcess`` on a remote server (its
+        stdout and stderr come back through ``ssh``). ``params``: ``subprocess.Popen``'s."""
+        argv = ["ip", "netns", "exec", self.netns, *cmd]
+        if not self.remote:
+            return subprocess.Popen(argv, **params)
+        return RemoteProcess(self.on, self._pidfile(), argv, **params)
 
     def popen(self, *args, **kwargs):
         """Mininet's ``popen``; on a remote server without ``mnexec -da`` (``_popen`` enters

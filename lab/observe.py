@@ -75,18 +75,12 @@ def link_states(lab: Lab) -> list[LinkState]:
     for a, b in lab.topo.links():
         if tier(lab, b) < tier(lab, a):
             a, b = b, a
-        tunnel = lab.tunnels.get(frozenset((a, b)))
-        if tunnel is not None:
-            ends = {node: (lab.net[node], ifname) for node, _, ifname, _ in tunnel.ends}
-            (tx_a, drops_a), (tx_b, drops_b) = (_counters(*ends[n], *ends[n]) for n in (a, b))
-            shaping = tunnel.shaping
-        else:
-            intf_a, intf_b = lab.faults.ends(a, b)
-            if intf_a.node.name != a:
-                intf_a, intf_b = intf_b, intf_a
-            (tx_a, drops_a), (tx_b, drops_b) = (
-                _counters(i.node, i.name, i.shaper_node, i.shaper_name) for i in (intf_a, intf_b))
-            shaping = intf_a.shaping
+        intf_a, intf_b = lab.faults.ends(a, b)
+        if intf_a.node.name != a:
+            intf_a, intf_b = intf_b, intf_a
+        (tx_a, drops_a), (tx_b, drops_b) = (
+            _counters(i.node, i.name, i.shaper_node, i.shaper_name) for i in (intf_a, intf_b))
+        shaping = intf_a.shaping
         out.append(LinkState(a=a, b=b, up=frozenset((a, b)) not in lab.down_links,
                              bw_mbit=shaping.bw, loss_percent=shaping.loss or 0.0,
                              max_queue_size=shaping.max_queue_size, tx_bytes=(tx_a, tx_b),

@@ -23,10 +23,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def fabric_ends(lab: Lab) -> list:
-    """The link ends (``lab.links.ShapedIntf``) of every router-to-router link with a rate."""
+    """The link ends of every router-to-router link with a rate (``lab.links.ShapedIntf``,
+    and both ends of every cut link, ``lab.tunnel.TunnelEnd``)."""
     return [intf for link in lab.net.links for intf in (link.intf1, link.intf2)
             if all(getattr(i.node, "role", None) in ROUTER_ROLES
-                   for i in (link.intf1, link.intf2)) and intf.shaping.bw is not None]
+                   for i in (link.intf1, link.intf2)) and intf.shaping.bw is not None] + \
+        [end for t in lab.tunnels.values() for end in t.ends if end.shaping.bw is not None]
 
 
 def reshape(ends: Sequence, classes: Sequence[tc.TrafficClass]) -> None:
@@ -35,15 +37,15 @@ def reshape(ends: Sequence, classes: Sequence[tc.TrafficClass]) -> None:
     Raises:
         LabError: tc refused (its message included), or the classes do not fit a link.
     """
-    by_ns: dict[str, list[str]] = {}
+    by_node: dict[str, tuple[object, list[str]]] = {}
     for intf in ends:
         try:
             lines = tc.class_commands(intf.shaper_name, intf.shaping, classes)
         except ValueError as e:
             raise LabError(str(e)) from e
-        by_ns.setdefault(intf.shaper_node.netns, []).extend(lines)
-    for netns, lines in by_ns.items():
-        tc.run_batch(netns, "tc", lines)
+        by_node.setdefault(intf.shaper_node.name, (intf.shaper_node, []))[1].extend(lines)
+    for node, lines in by_node.values():
+        node.run_batch("tc", lines)
 
 
 def set_classes(lab: Lab, classes: Sequence[tc.TrafficClass]) -> Event:

@@ -51,21 +51,12 @@ class QueueReader:
 
     def _directions(self) -> list[tuple[str, object, int, object]]:
         """(label ``a->b``, the node whose interface shapes it, that interface's index, the
-        object whose ``shaping`` is the direction's emulation now: an interface or a cut
-        link's tunnel) of every shaped direction, resolved once and again after a vNIC moved
-        to another host (``lab.hostnic``)."""
+        link end whose ``shaping`` is the direction's emulation now: ``lab.links.ShapedIntf``
+        or a cut link's ``lab.tunnel.TunnelEnd``) of every shaped direction, resolved once and
+        again after a vNIC moved to another host (``lab.hostnic``)."""
         if self._dirs is None or self.lab.host_layer.moves != self._moves:
             dirs = []
             for a, b in self.lab.topo.links():
-                tunnel = self.lab.tunnels.get(frozenset((a, b)))
-                if tunnel is not None:
-                    if tunnel.shaping.bw is not None:
-                        (na, _, ia, _), (nb, _, ib, _) = tunnel.ends
-                        for node, other, ifname in ((na, nb, ia), (nb, na, ib)):
-                            shaper = self.lab.net[node]
-                            dirs.append((f"{node}->{other}", shaper, shaper.ifindex(ifname),
-                                         tunnel))
-                    continue
                 ends = self.lab.faults.ends(a, b)
                 for intf, peer in (ends, ends[::-1]):
                     if intf.shaping.bw is not None:

@@ -302,6 +302,14 @@ class Servers:
         self.shells[server].run(["sh", "-c", 'mkdir -p "$(dirname "$0")" && cat > "$0"', path],
                                 input=data)
 
+    def get(self, server: str, path: str) -> bytes:
+        """The content of file ``path`` on ``server`` (base64 over its command runner).
+
+        Raises:
+            LabError: the server could not read it.
+        """
+        return base64.b64decode(self.shells[server].run(["base64", "-w0", path], timeout=120))
+
     def add_netns(self, server: str, node: str) -> str:
         """Make node ``node``'s namespace on ``server`` (recorded first); its name.
 

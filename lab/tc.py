@@ -1,8 +1,9 @@
 """Link emulation on one interface: rate, queue limit, delay, jitter, reorder and loss.
 
-Mechanisms (all through netlink via pyroute2, so errors raise instead of being printed):
+Mechanisms (a failing tool raises ``LabError`` with its message, never prints):
 Bring-up writes ``tc``/``ip``/``nft`` batch lines, one process per namespace and tool;
-run-time changes go through netlink (pyroute2) or a one-off nft batch.
+run-time changes are batches too (``rate_change``, ``queue_change``), run in the node's
+namespace on whichever server it is (``lab.nodes.LabNode.run_batch``).
 
     * rate: an HTB root ``1:`` with one class ``1:1`` (rate = ceil, burst = 1 ms of rate, at
       least 15 kB); see tc-htb(8).
@@ -28,16 +29,13 @@ Units: ``bw`` Mbit/s, ``delay``/``jitter`` strings with a unit (``"500us"``, ``"
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
 
-from lab.errors import CapabilityError, LabError
+from lab.errors import CapabilityError
 
-ROOT, HTB_CLASS, LEAF = 0x10000, 0x10001, 0x100000
 _TIME = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(us|ms|s)\s*$")
 _US = {"us": 1.0, "ms": 1e3, "s": 1e6}
 MIN_BURST = 15000
@@ -175,9 +173,11 @@ def htb_line(ifname: str, parent: str, classid: str, bw_mbit: float,
             f"quantum {c['quantum']}" + ("" if prio is None else f" prio {prio}"))
 
 
-def leaf_line(ifname: str, parent: str, handle: str, p: LinkParams) -> list[str]:
-    """``tc -batch`` lines of the queue under ``parent``: netem when ``p`` needs it, a pfifo of
-    ``p.max_queue_size`` packets, or none (HTB's default, txqueuelen packets)."""
+def leaf_line(ifname: str, parent: str, handle: str, p: LinkParams,
+              verb: str = "add") -> list[str]:
+    """``tc -batch`` lines that add (or with ``verb`` replace) the queue under ``parent``:
+    netem when ``p`` needs it, a pfifo of ``p.max_queue_size`` packets, or none (HTB's
+    default, txqueuelen packets)."""
     if p.netem_fields():
         n = _netem(p)
         opts = f"limit {n['limit']}"
@@ -185,16 +185,16 @@ def leaf_line(ifname: str, parent: str, handle: str, p: LinkParams) -> list[str]
             opts += f" delay {n['delay']}us" + (f" {n['jitter']}us" if p.jitter else "")
         if p.reorder:
             opts += f" reorder {p.reorder}%"
-        return [f"qdisc add dev {ifname} {parent} handle {handle} netem {opts}"]
+        return [f"qdisc {verb} dev {ifname} {parent} handle {handle} netem {opts}"]
     if p.max_queue_size is not None:
-        return [f"qdisc add dev {ifname} {parent} handle {handle} pfifo limit "
+        return [f"qdisc {verb} dev {ifname} {parent} handle {handle} pfifo limit "
                 f"{p.max_queue_size}"]
     return []
 
 
 def shape_commands(ifname: str, p: LinkParams) -> list[str]:
     """``tc -batch`` lines that install ``p``'s egress emulation on ``ifname`` (bring-up runs
-    them per namespace in one process; run-time changes go through netlink below)."""
+    them per namespace in one process)."""
     if p.bw is None and not p.netem_fields() and p.max_queue_size is None:
         return []
     lines, parent = [], "root"
@@ -236,26 +236,19 @@ def class_commands(ifname: str, p: LinkParams, classes: Sequence[TrafficClass]) 
     return lines
 
 
-def set_rate(ipr: IPRoute, index: int, bw_mbit: float) -> None:
-    """Change the HTB rate of a shaped interface at run time.
-
-    Raises:
-        LabError: the interface has no rate shaping to change.
-    """
-    try:
-        ipr.tc("change-class", "htb", index, HTB_CLASS, parent=ROOT, **_htb_class(bw_mbit))
-    except NetlinkError as e:
-        raise LabError(f"interface {index} has no HTB rate to change ({e})") from e
+def rate_change(ifname: str, bw_mbit: float) -> list[str]:
+    """``tc -batch`` lines that change the rate of ``ifname``'s HTB class ``1:1`` (a shaped
+    interface, ``shape_commands``) to ``bw_mbit`` Mbit/s at run time; tc fails on an
+    interface without it."""
+    return [htb_line(ifname, "1:", "1:1", bw_mbit, verb="change")]
 
 
-def set_queue(ipr: IPRoute, index: int, p: LinkParams) -> None:
-    """Replace the leaf queue of a shaped interface with ``p.max_queue_size`` packets (netem's
-    limit when ``p`` has netem fields, else a pfifo)."""
-    kw = {"parent": HTB_CLASS} if p.bw is not None else {}
-    if p.netem_fields():
-        ipr.tc("replace", "netem", index, LEAF, **kw, **_netem(p))
-    else:
-        ipr.tc("replace", "pfifo", index, LEAF, **kw, limit=p.max_queue_size)
+def queue_change(ifname: str, p: LinkParams) -> list[str]:
+    """``tc -batch`` lines that replace ``ifname``'s leaf queue ``10:`` by ``p``'s (netem's
+    limit when ``p`` has netem fields, else a pfifo of ``p.max_queue_size`` packets) at run
+    time: under the HTB class when ``p`` has a rate, at the root otherwise."""
+    return leaf_line(ifname, "parent 1:1" if p.bw is not None else "root", "10:", p,
+                     verb="replace")
 
 
 QDISC_COUNTERS = ("sent_bytes", "sent_packets", "drops", "overlimits", "backlog_packets")
@@ -316,19 +309,4 @@ def batch_argv(netns: str, tool: str) -> list[str]:
     namespace ``netns`` (on whichever server runs it)."""
     return {"tc": ["tc", "-n", netns, "-batch", "-"], "ip": ["ip", "-n", netns, "-batch", "-"],
             "nft": ["ip", "netns", "exec", netns, "nft", "-f", "-"]}[tool]
-
-
-def run_batch(netns: str, tool: str, lines: list[str]) -> None:
-    """Run ``tc``, ``ip`` or ``nft`` lines in namespace ``netns`` in one process.
-
-    Raises:
-        LabError: the tool failed (its message included).
-    """
-    if not lines:
-        return
-    r = subprocess.run(batch_argv(netns, tool), input="\n".join(lines) + "\n",
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise LabError(f"{tool} in {netns} failed: {r.stderr.strip()}")
-
 

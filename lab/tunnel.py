@@ -13,19 +13,22 @@ and it goes when the router's namespace is deleted.
 Each end gets the link's address, an MTU lowered by the encapsulation (``VXLAN_OVERHEAD``
 below the smaller of the two servers' underlay MTUs towards each other) and the link's
 emulation on its egress (``lab.links.end_commands``: HTB rate, queue, netem, loss), in the
-router's namespace, so both directions are shaped where a veth link would be. The VNI is the
-lab's (a hash of its name) plus the link's index, so labs sharing servers do not collide.
+router's namespace, so both directions are shaped where a veth link would be; each end is a
+``TunnelEnd``, read and changed at run time (state, rate, queue, loss, captures, counters)
+as a veth link's end is, in its router's namespace on its server. The VNI is the lab's (a
+hash of its name) plus the link's index, so labs sharing servers do not collide.
 """
 from __future__ import annotations
 
 import re
 import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from lab import tc
 from lab.errors import LabError
 from lab.links import end_commands
-from lab.servers import Servers
 from topo.split import CutLink
 
 VXLAN_PORT = 4789
@@ -60,24 +63,48 @@ def underlay_mtu(shell, remote: str) -> int:
     return int(mtu.group(1))
 
 
+@dataclass
+class TunnelEnd:
+    """One end of a cut link as faults, captures and counters read a link's end
+    (``lab.links.ShapedIntf``): its router (``node``, a ``lab.nodes.Router`` on its server),
+    its VXLAN device (``name``), the link's address there (``ip``) and the emulation on its
+    egress now (``shaping``), which that device carries itself."""
+
+    node: Any
+    name: str
+    ip: str | None
+    shaping: tc.LinkParams
+
+    @property
+    def shaper_node(self):
+        return self.node
+
+    @property
+    def shaper_name(self) -> str:
+        return self.name
+
+    @property
+    def shaper_index(self) -> int:
+        return self.node.ifindex(self.name)
+
+
 class VxlanLink:
-    """``VxlanLink(lab, cut, servers, netns)``: the tunnel of ``cut`` between its routers'
-    namespaces (``netns``: node -> namespace name, on ``cut.server_a``/``server_b``).
+    """``VxlanLink(lab, cut, nodes)``: the tunnel of ``cut`` between its routers
+    (``nodes``: node name -> ``lab.nodes.LabNode``, each on its server).
 
     Attributes:
-        ends: ``(node, server, interface, address)`` for node_a then node_b; the interface is
-            ``<node>-vx<index>`` (15 characters at most).
-        shaping: the ``tc.LinkParams`` emulated on each end's egress.
+        ends: a ``TunnelEnd`` for node_a then node_b; the interface is ``<node>-vx<index>``
+            (15 characters at most).
         mtu: the tunnel's MTU, bytes (set by ``up``).
     """
 
-    def __init__(self, lab: str, cut: CutLink, servers: Servers, netns: Mapping[str, str]):
-        self.cut, self.servers, self.netns = cut, servers, netns
+    def __init__(self, lab: str, cut: CutLink, nodes: Mapping[str, Any]):
+        self.cut = cut
         self.vni = vni(lab, cut.index)
-        self.shaping = tc.LinkParams.from_opts(dict(cut.opts))
         addr = [cut.opts.get(p, {}).get("ip") for p in ("params1", "params2")]
-        self.ends = [(node, srv, f"{node}-vx{cut.index}"[:15], ip) for node, srv, ip in
-                     ((cut.node_a, cut.server_a, addr[0]), (cut.node_b, cut.server_b, addr[1]))]
+        self.ends = [TunnelEnd(nodes[node], f"{node}-vx{cut.index}"[:15], ip,
+                               tc.LinkParams.from_opts(dict(cut.opts)))
+                     for node, ip in ((cut.node_a, addr[0]), (cut.node_b, addr[1]))]
         self.mtu: int | None = None
 
     def up(self) -> None:
@@ -86,20 +113,12 @@ class VxlanLink:
         Raises:
             LabError: a server refused a step (its command and message).
         """
-        addrs = [self.servers[srv].server.address for _, srv, _, _ in self.ends]
-        self.mtu = min(underlay_mtu(self.servers[srv], addrs[1 - i])
-                       for i, (_, srv, _, _) in enumerate(self.ends)) - VXLAN_OVERHEAD
-        for i, (node, srv, ifname, ip) in enumerate(self.ends):
-            shell, ns = self.servers[srv], self.netns[node]
-            shell.run(["ip", "link", "add", ifname, "netns", ns, "type", "vxlan",
-                       "id", str(self.vni), "local", addrs[i], "remote", addrs[1 - i],
-                       "dstport", str(VXLAN_PORT)])
-            for tool, lines in end_commands(ifname, self.shaping, ip, mtu=self.mtu).items():
-                if lines:
-                    shell.run(tc.batch_argv(ns, tool), input="\n".join(lines) + "\n")
-
-    def set_up(self, up: bool) -> None:
-        """Bring both ends up or down (the cut link's ``link_down``/``link_up`` fault)."""
-        for node, srv, ifname, _ in self.ends:
-            self.servers[srv].run(["ip", "-n", self.netns[node], "link", "set", "dev", ifname,
-                                   "up" if up else "down"])
+        addrs = [end.node.on.server.address for end in self.ends]
+        self.mtu = min(underlay_mtu(end.node.on, addrs[1 - i])
+                       for i, end in enumerate(self.ends)) - VXLAN_OVERHEAD
+        for i, end in enumerate(self.ends):
+            end.node.on.run(["ip", "link", "add", end.name, "netns", end.node.netns,
+                             "type", "vxlan", "id", str(self.vni), "local", addrs[i],
+                             "remote", addrs[1 - i], "dstport", str(VXLAN_PORT)])
+            for tool, lines in end_commands(end.name, end.shaping, end.ip, mtu=self.mtu).items():
+                end.node.run_batch(tool, lines)

@@ -326,9 +326,11 @@ class Session:
                 self.mesh.stop()
         finally:
             self.sampler.stop()  # first: it reads the lab's queues
-            if self.capture is not None:
-                self.capture.stop()
-            self.lab.stop()
+            try:
+                if self.capture is not None:
+                    self.capture.stop()  # before teardown: remote pcaps come back first
+            finally:
+                self.lab.stop()
             if self.state != "error":
                 self.state = "stopped"
 

@@ -50,14 +50,28 @@ class Clocks(Model):
     vms: dict[str, list[Segment]] = Field(description="by VM: its clock segments")
 
 
-class ServerClock(Model):
-    """One server's clock against the first server's, from an NTP-style exchange at bring-up
-    (``lab.server_clock``): the sample of least round trip of several."""
+class ServerClockSample(Model):
+    """One server's clock against the first's at one moment of the run (``lab.server_clock``:
+    the sample of least round trip of a few)."""
 
-    server: str
+    t_s: float = Field(description="s after bring-up (the first server's true time)")
     offset_us: float = Field(description="its CLOCK_REALTIME - the first server's, us")
     rtt_us: float = Field(description="round trip of that sample, us: the offset is within "
                                       "half of it")
+
+
+class ServerClock(Model):
+    """One server's clock against the first server's, from an NTP-style exchange at bring-up
+    (``lab.server_clock``): the sample of least round trip of several; then the same every
+    few seconds of the run (``series``)."""
+
+    server: str
+    offset_us: float = Field(description="its CLOCK_REALTIME - the first server's at "
+                                         "bring-up, us")
+    rtt_us: float = Field(description="round trip of that sample, us: the offset is within "
+                                      "half of it")
+    series: list[ServerClockSample] = Field(default_factory=list, description="the same "
+                                            "measured during the run, in time order")
 
 
 class FaultEvent(Model):
@@ -113,6 +127,7 @@ class TruthSection(Model):
         default_factory=list, description="a lab split across servers: each server's clock "
         "against the first's (empty on one server)")
     server_sync_us: float = Field(
-        0.0, description="us: how far two servers' truths may disagree (the largest "
-        "|offset_i - offset_j| + (rtt_i + rtt_j) / 2 over server pairs); a score comparing "
+        0.0, description="us: how far two servers' truths may disagree at any time of the run "
+        "(the largest |offset_i - offset_j| + (rtt_i + rtt_j) / 2 over server pairs, at "
+        "bring-up and in every round of ``servers``' series); a score comparing "
         "events on different servers is good to this bound. 0 on one server: one clock")

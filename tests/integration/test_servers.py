@@ -15,8 +15,11 @@ import subprocess
 import sys
 
 import pytest
+from scapy.layers.inet import ICMP
+from scapy.utils import rdpcap
 from servers import emulated_servers
 
+from lab.capture import Capture
 from lab.clean import clean
 from lab.lab import Lab
 from lab.names import netns_name, state_dir
@@ -51,6 +54,12 @@ def iperf3_mbit(lab, src: str, dst: str) -> float:
         server.wait(timeout=10)
 
 
+def tc_show(end, what: str) -> str:
+    """``tc what show`` of the interface emulating link end ``end``, on its server."""
+    node = end.shaper_node
+    return node.on.run(["tc", "-n", node.netns, what, "show", "dev", end.shaper_name])
+
+
 def cross_pings_ok(lab) -> bool:
     """Every VM under leaf1 (s1) pings every VM under leaf2 (s2)."""
     return all(lab[a].cmd(f"ping -c 2 -i 0.2 -W 1 -q {lab[b].IP()}").count(" 0% packet loss")
@@ -64,7 +73,7 @@ def dc():
         yield servers
 
 
-def test_a_lab_split_across_two_servers_pings_carries_tcp_reroutes_and_cleans_up(dc):
+def test_a_lab_split_across_two_servers_pings_carries_tcp_reroutes_and_cleans_up(dc, tmp_path):
     topo = LeafSpine(spines=2, leaves=2, vms_per_leaf=2, host_bw=100, fabric_bw=RATE)
     hosts, ssh_options = dc
     lab = Lab(topo, name=LAB, seed=3, servers=hosts, ssh_options=ssh_options,
@@ -79,14 +88,14 @@ def test_a_lab_split_across_two_servers_pings_carries_tcp_reroutes_and_cleans_up
         assert [c.server for c in lab.server_clocks] == ["s1", "s2"]
         for link in lab.tunnels.values():
             assert link.mtu == 1500 - VXLAN_OVERHEAD
-            for node, srv, ifname, _ in link.ends:
-                shell, ns = lab.servers[srv], lab[node].netns
-                show = shell.run(["ip", "-n", ns, "-d", "link", "show", ifname])
+            for end in link.ends:
+                show = end.node.on.run(["ip", "-n", end.node.netns, "-d", "link", "show",
+                                        end.name])
                 assert f"vxlan id {link.vni} " in show and f"mtu {link.mtu} " in show
                 # its socket lives in the server's namespace, the device in the router's
+                srv = end.node.on.server.name
                 assert re.search(rf"link-netns {netns_name(DC, srv)}\b", show)
-                assert f"rate {RATE}Mbit" in shell.run(["tc", "-n", ns, "class", "show",
-                                                        "dev", ifname])
+                assert f"rate {RATE}Mbit" in tc_show(end, "class")
         # a remote VM's processes: in its namespace there, in its host's cgroup there
         # (the server's own top cgroup), on its VM clock, without CAP_SYS_TIME (bit 25
         # of the bounding set)
@@ -115,6 +124,26 @@ def test_a_lab_split_across_two_servers_pings_carries_tcp_reroutes_and_cleans_up
         lab.faults.link_up("leaf1", "spine2")
         assert lab["leaf1"].cmd(route).count("nexthop via") == 2
 
+        # rate and queue changes on the remote server: a VM's link there (leaf2's end and
+        # the IFB emulating vm3's vNIC, both in leaf2 on s2) and both ends of a cut link
+        lab.faults.rate("leaf2", "vm3", 40)
+        lab.faults.rate("leaf2", "spine1", 30)
+        lab.faults.queue("leaf2", "spine1", 60)
+        ends = [*lab.faults.ends("leaf2", "vm3"), *lab.faults.ends("leaf2", "spine1")]
+        assert sorted(e.shaper_node.on.server.name for e in ends) == ["s1"] + ["s2"] * 3
+        for end, mbit in zip(ends, (40, 40, 30, 30), strict=True):
+            assert f"rate {mbit}Mbit" in tc_show(end, "class"), end.shaper_name
+        assert all("limit 60" in tc_show(end, "qdisc") for end in ends[2:])
+
+        # a capture of a VM on s2: tcpdump there, its pcap brought back here at stop
+        cap = Capture(lab, str(tmp_path / "pcaps"), ["vm3"], bpf="icmp")
+        cap.start()
+        assert " 0% packet loss" in lab["vm1"].cmd(f"ping -c 3 -i 0.2 {lab['vm3'].IP()}")
+        pcap = cap.stop()["vm3.pcap"]
+        echoes = [p[ICMP].type for p in rdpcap(pcap)]
+        assert echoes.count(8) == echoes.count(0) == 3, echoes  # requests in, replies out
+        assert cap.packets[pcap] == 6
+
         # VM faults on the remote server: a CPU hog there, a pause (its cgroup frozen there,
         # its vNIC silenced), then both undone
         ping = f"ping -c 1 -W 1 {lab['vm3'].IP()}"
@@ -127,6 +156,13 @@ def test_a_lab_split_across_two_servers_pings_carries_tcp_reroutes_and_cleans_up
         assert " 0% packet loss" in lab["vm1"].cmd(ping)
         lab.faults.cpu_hog("vm4", enable=False)
         assert hog.returncode is not None
+
+        # s2's clock measured during the run too: one clock here, so each sample's offset is
+        # within half its round trip (plus the 1 us of $EPOCHREALTIME)
+        series = lab.server_clocks[1].series
+        assert len(series) >= 2 and 0 < series[0].t_s < series[-1].t_s, series
+        assert all(abs(s.offset_us) <= s.rtt_us / 2 + 1 for s in series), series
+        assert lab.server_sync_us >= max(abs(s.offset_us) + s.rtt_us / 2 for s in series)
     finally:
         lab.stop()
     assert lab.leftovers == [], lab.leftovers
@@ -179,6 +215,7 @@ def test_nslab_run_with_servers_runs_a_scenario_across_them(dc, tmp_path):
     doc = json.loads(out.read_text())
     assert [c["server"] for c in doc["truth"]["servers"]] == [h.address for h in hosts]
     assert doc["truth"]["server_sync_us"] > 0
+    assert len(doc["truth"]["servers"][1]["series"]) >= 3  # every 2 s of the 16 s run
     assert "scores across servers good to" in r.stdout
     (load,) = doc["load"]  # vm1 (first server) to vm3 (second): through a tunnel
     assert load["error"] is None and load["mbit"] >= 0.9 * RATE, load

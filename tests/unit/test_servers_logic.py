@@ -3,9 +3,9 @@ import shlex
 
 import pytest
 
-from contracts.results.truth import ServerClock
-from lab.server_clock import measure, sync_bound_us
-from lab.servers import ServerShell
+from contracts.results.truth import ServerClock, ServerClockSample
+from lab.server_clock import ClockProbe, ServerClocks, sync_bound_us
+from lab.servers import Servers, ServerShell
 from lab.tunnel import MAX_LINKS, vni
 from topo.split import Server
 
@@ -19,7 +19,7 @@ def test_a_remote_command_goes_over_the_shared_control_connection_quoted():
     assert shlex.split(argv[-1]) == ["sh", "-c", "echo $HOME", "a b"]
     local = ServerShell(Server("a", "192.0.2.1"), "/run/nslab/x")
     assert local.local and local.argv(["ip", "link"]) == ["ip", "link"]
-    assert measure(local) == ServerClock(server="a", offset_us=0.0, rtt_us=0.0)
+    assert ClockProbe(local).measure() == ServerClock(server="a", offset_us=0.0, rtt_us=0.0)
 
 
 def test_vnis_differ_by_lab_and_link_and_fit_24_bits():
@@ -36,6 +36,20 @@ def test_the_sync_bound_is_the_worst_pair():
     # b against c: |30 - -20| + (100 + 40) / 2
     assert sync_bound_us(c) == 120
     assert sync_bound_us(c[:1]) == 0
+
+
+def test_the_run_bound_is_the_worst_moment_and_each_server_keeps_its_series():
+    watch = ServerClocks(Servers("x", [Server("a", "192.0.2.1"), Server("b", "192.0.2.2", "b")]))
+    a = ServerClock(server="a", offset_us=0, rtt_us=0)
+    watch.bringup = [a, ServerClock(server="b", offset_us=5, rtt_us=10)]  # bound 10
+    watch.rounds = [(3_000_000_000, [a, ServerClock(server="b", offset_us=-40, rtt_us=20)]),
+                    (5_000_000_000, [a, ServerClock(server="b", offset_us=2, rtt_us=8)])]
+    assert watch.sync_us() == 50  # the first round: |-40| + 20 / 2
+    a_now, b_now = watch.truth(t0_ns=1_000_000_000)
+    assert (b_now.offset_us, b_now.rtt_us) == (5, 10)  # bring-up
+    assert b_now.series == [ServerClockSample(t_s=2.0, offset_us=-40, rtt_us=20),
+                            ServerClockSample(t_s=4.0, offset_us=2, rtt_us=8)]
+    assert [s.offset_us for s in a_now.series] == [0, 0]
 
 
 def test_a_tunnel_end_gets_address_mtu_state_and_emulation_in_one_batch_per_tool():

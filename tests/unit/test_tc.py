@@ -10,6 +10,8 @@ from lab.tc import (
     class_commands,
     parse_root_qdiscs,
     parse_time_us,
+    queue_change,
+    rate_change,
     require,
     shape_commands,
 )
@@ -46,6 +48,21 @@ def test_htb_burst_and_quantum_scale_with_rate():
     slow, fast = _htb_class(10), _htb_class(1000)
     assert slow["burst"] == 15000 and fast["burst"] == 125000  # 1 ms of 1 Gbit/s
     assert 1600 <= slow["quantum"] <= fast["quantum"] <= 200000
+
+
+@pytest.mark.parametrize("p", [LinkParams(bw=100, max_queue_size=50),
+                               LinkParams(max_queue_size=50)])
+def test_run_time_changes_address_what_bring_up_installed(p):
+    """A rate or queue change (run on any server as tc lines) changes the class and replaces
+    the leaf queue that ``shape_commands`` made, in place."""
+    installed = shape_commands("eth1", p)
+    leaf = [ln for ln in installed if " handle 10: " in ln]
+    assert queue_change("eth1", LinkParams(bw=p.bw, max_queue_size=20)) == [
+        ln.replace("qdisc add", "qdisc replace").replace("limit 50", "limit 20") for ln in leaf]
+    if p.bw is not None:
+        (cls,) = [ln for ln in installed if ln.startswith("class add")]
+        assert rate_change("eth1", 100) == [cls.replace("class add", "class change")]
+        assert "rate 40000000bit ceil 40000000bit" in rate_change("eth1", 40)[0]
 
 
 def test_class_commands_classify_by_dscp_under_the_link_rate():
