@@ -177,6 +177,7 @@ class Runner:
         self.times: dict[int, tuple[int, int]] = {}
         self.compute: list[int] = []  # heap of ready compute op ids
         self.ready_ns: dict[int, int] = {}  # when each compute op became ready
+        self.deps_end: dict[int, int] = {}  # the latest end of each waiting op's parents so far
         self.finished = 0
         self.timers: list[tuple[int, int]] = []  # heap of (end_ns, delay op id)
         self.busy: tuple[int, int] | None = None  # (op id, end_ns) on the accelerator
@@ -192,12 +193,15 @@ class Runner:
         else:
             self.stream.release(op)
 
-    def _done(self, i: int, now: int) -> None:
+    def _done(self, i: int, end: int) -> None:
+        """Op ``i`` ended at ``end``: a child is ready at the latest end of its parents, which
+        a late wake-up may hand over in any order."""
         self.finished += 1
         for c in self.children[i]:
             self.left[c] -= 1
+            self.deps_end[c] = max(self.deps_end.get(c, end), end)
             if self.left[c] == 0:
-                self._ready(self.ops[c], now)
+                self._ready(self.ops[c], self.deps_end.pop(c))
 
     def run(self) -> None:
         """Run every op (raises the communication stream's error, or ``JobTimeoutError``)."""
