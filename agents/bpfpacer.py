@@ -10,9 +10,14 @@ What the daemon does every ``sense_s``:
   VM's offset and drift from the coordinator (``agents.pacer.Sync``), and the rate between
   the last two anchors (``anchor``): the kernel stamps and measures on ``ref``;
 * the policy: On-Ramp's ``T`` (above the sync error: ``Sync`` trusts an offset only within
-  T / 4), the longest hold, the longest hold in one piece, the pause quantum, whether to hold
-  at all (``pace``), and per peer whether both clocks are good enough to act on its echoes;
-* reports: the kernel's per-destination counters and histograms (``agents.bpf``).
+  T / 4) and whether it counts from each destination's base OWD (``from_base``), the longest
+  hold, the longest hold in one piece, the pause quantum, whether to hold at all (``pace``),
+  per peer whether both clocks are good enough to act on its echoes, and the receive-window
+  clamp's inputs (``window``: the line rate, T, the floor of one full segment from the
+  interface's MTU, the activity epoch of 4 x the longest hold);
+
+and every ``report_s``: its TCP connections (sock_diag, for the report only) and the report,
+with the kernel's per-destination counters and histograms (``agents.bpf``).
 
 An echo rides on the next segment toward the sender, so how soon it leaves is how soon this
 VM's TCP acknowledges: with delayed ACKs a flow sharing a slow bottleneck with others is
@@ -23,10 +28,12 @@ route (it only stamps and measures).
 
 How the kernel holds is chosen by capability (``hold``): ``edt`` where this namespace has
 sch_fq (it becomes the interface's root qdisc: a held segment's ``skb->tstamp`` is the hold's
-end), else ``refuse`` (``pacer.bpf.c`` says how TCP keeps a refused segment).
+end), else ``refuse`` (``pacer.bpf.c`` says how TCP keeps a refused segment); ``none`` holds
+nothing (the window clamp alone).
 
-Source: Liu et al., "Breaking the Transience-Equilibrium Nexus: A New Approach to Datacenter
-Packet Transport", NSDI 2021 (On-Ramp).
+Sources: Liu et al., "Breaking the Transience-Equilibrium Nexus: A New Approach to Datacenter
+Packet Transport", NSDI 2021 (On-Ramp: the hold); Wu et al., "ICTCP: Incast Congestion
+Control for TCP in Data Center Networks", CoNEXT 2010 (the receive-window clamp).
 """
 from __future__ import annotations
 
@@ -37,6 +44,7 @@ import platform
 import socket
 import struct
 import subprocess
+import time
 
 from agents.bpf import BpfError, Cfg, Datapath, Dest
 from agents.clock import Clock
@@ -157,6 +165,7 @@ class BpfPacer(PacerBase):
             raise
         self.routes = self._quickack() if cfg.mode == "pace" else []
         self.prev: tuple[int, int] | None = None
+        self.next_sense = 0.0
         self.peer_synced: dict[str, bool] = {}
         for i, name in enumerate(self.names):
             self.dp.set_peer(cfg.peers[name], i, False)
@@ -198,6 +207,13 @@ class BpfPacer(PacerBase):
                            f"... root fq' fails: {r.stderr.strip()} (CONFIG_NET_SCH_FQ; or use "
                            "hold refuse)")
         return "refuse"
+
+    def _sense(self) -> None:
+        """TCP sensing (sock_diag) once per ``report_s``: here it feeds only the reports and
+        the status (the kernel senses and holds), and each dump costs about 1 ms of CPU."""
+        if time.monotonic() >= self.next_sense:
+            self.next_sense = time.monotonic() + self.cfg.report_s
+            super()._sense()
 
     def _step(self) -> None:
         now = self.clock.now_ns()

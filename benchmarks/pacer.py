@@ -5,20 +5,24 @@ once, behind its downlink's packet queue (``session.incast``: timed from the go)
 
     sudo .venv/bin/python benchmarks/pacer.py [--senders 2,4,8] [--queues 20,30,50]
         [--rounds 3] [--arms bpf,probe,cubic,bbr] [--rate 5]
+        (arms: bpf, clamp, hold, onramp, probe, cubic, bbr)
 
-Arms: ``bpf`` (the pacer's default: OWD of every data segment and holds in the kernel, CUBIC),
-``probe`` (the pacer's UDP probes and HTB switches, CUBIC), ``cubic`` and ``bbr`` (no pacer at
-all). Each round runs every arm once, in turn; a paced arm's pacers start before its round
+Arms: ``bpf`` (the pacer's defaults: OWD of every data segment in the kernel, the receivers'
+window clamp and the senders' holds with T from the base OWD, CUBIC), ``clamp`` (the clamp
+alone), ``hold`` (the holds alone, T from the base), ``onramp`` (the holds alone, T from 0:
+On-Ramp's rule as published), ``probe`` (the pacer's UDP probes and HTB switches, CUBIC),
+``cubic`` and ``bbr`` (no pacer at all). Each round runs every arm once, in turn; a paced arm's pacers start before its round
 (their clocks synchronized) and stop after it.
 
 Printed per (senders, queue, arm): completion median with its 95 % bootstrap interval and p99
 over the rounds (s), fabric and VM-link queue drops per round (the lab's tc counters, the
 truth; the coordinator's link left out: the agents' records), rounds without a drop, TCP
 retransmissions (paced arms: the pacers' sensing), holds, the reaction time of the kernel
-datapath (the receiver's echo delay p99 + the echo's transit p99, us) and the pacers' CPU
-(fraction of a core, the busiest pacer); then per cell the ratio of the bpf arm's median
-completion to CUBIC's and to BBR's with a 95 % bootstrap interval (scipy.stats.bootstrap) and a
-verdict (better, worse, no difference at this N). The table, and every sample, go to
+datapath (the receiver's echo delay p99 + the echo's transit p99, us), the segments whose
+window the receiver clamped and the pacers' CPU (fraction of a core, the busiest pacer); then
+per cell and paced arm the ratio of its median completion to CUBIC's and to BBR's with a 95 %
+bootstrap interval (scipy.stats.bootstrap) and a verdict (better, worse, no difference at this
+N), and the ratio of the p99s. The table, and every sample, go to
 ``benchmarks/results/pacer.json`` with the machine and the commit (``record.py``). Goals
 (issue 29): zero drops paced up to 8 senders on 20-packet queues; incast completion p99 at
 least 2x better than CUBIC alone.

@@ -9,15 +9,25 @@
  * ACKs cross the other direction) as its own synchronized time minus the stamp.
  * Feedback: the receiver's `egress` writes its latest fresh sample toward that peer, once, in
  * the TCP urgent pointer of the next segment it sends there (URG clear: RFC 9293 3.1, the
- * field is read only with URG set), which is usually the ACK of that very segment.
+ * field is read only with URG set), which is usually the ACK of that very segment: 15 bits
+ * of stamp units (268 ms) and a top bit set when the segment was full-size (full_bytes).
  * Holding (sender side): the sender's `ingress` applies On-Ramp's rule to each echoed sample
  * (hold the destination for OWD - T, quantized, at most max_hold, in one piece at most
- * max_cont, then open for max_hold); its `egress` holds a held destination's new data:
+ * max_cont, then open for max_hold), with T counted from the destination's base OWD (the
+ * smallest echo of a full-size segment) when from_base is set (ours: On-Ramp counts it from
+ * 0); its `egress` holds a held destination's new data:
  *  - edt: skb->tstamp moved to the hold's end (sch_fq in this namespace sends it then);
  *  - refuse: TC_ACT_SHOT before the qdisc; the kernel returns NET_XMIT_DROP to TCP, which
  *    keeps the segment unsent (no loss, no retransmission), reduces its window once (CWR,
  *    as for an ECN mark) and sends it on a later ACK. The flow's last segment in flight and
  *    retransmissions always pass, so an ACK always comes back to resume it.
+ * Window clamp (receiver side, `window`): the receiver's `egress` lowers the window it
+ * advertises to each sender (ICTCP's idea, Wu et al., CoNEXT 2010; the rule, `window_bytes`,
+ * is ours: the line's bytes in base RTT + T shared by the flows active in this or the last
+ * epoch, cut by T / queueing delay above T, at least one full segment), scaled by the window
+ * scale its own SYN announced (RFC 7323) and only lowered, never raised; a SYN's window
+ * starts at the floor. The sender's TCP then keeps in flight no more than the queue can
+ * take: no loss, no window reduction. Flows whose handshake it did not see are left alone.
  * Clocks: bpf_ktime_get_ns (CLOCK_MONOTONIC) mapped to the synchronized (reference) clock by
  * the daemon's anchor in `cfg`: ref = ref0 + (k - k0) + (k - k0) x ppb / 1e9.
  */
