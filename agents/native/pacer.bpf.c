@@ -290,7 +290,7 @@ static __always_inline __u64 window_bytes(const struct cfg *c, __u64 base_owd, _
 }
 
 /* the ACKs' base OWD toward this VM's peer: half the connection's smallest RTT (its
- * handshake's, of small segments), else the data's base OWD */
+ * handshake's, of small segments), else `base_owd` (0: unknown) */
 static __always_inline __u64 ack_owd(struct __sk_buff *skb, __u64 base_owd)
 {
     struct bpf_sock *sk = skb->sk;
@@ -320,10 +320,14 @@ static __always_inline void clamp(struct __sk_buff *skb, const struct cfg *c, st
     } else {
         struct flow *f = flow_of(p, 0);
         __u64 e = now / c->active_ns;
-        if (!f || f->ws_ours == 0xff || !(p->flags & 0x10) || f->epoch + 1 < e || !d->rx_min)
+        if (!f || f->ws_ours == 0xff || !(p->flags & 0x10) || f->epoch + 1 < e)
+            return;
+        /* no OWD yet (this VM's clock not yet synchronized): half the handshake's RTT */
+        __u64 ack = ack_owd(skb, d->rx_min), base = d->rx_min ? d->rx_min : ack;
+        if (!base)
             return;
         __u32 shift = f->ws_ours < 0xfe && f->peer_ws ? f->ws_ours : 0;
-        bytes = window_bytes(c, d->rx_min, d->rx_owd, ack_owd(skb, d->rx_min), active(g, e));
+        bytes = window_bytes(c, base, d->rx_min ? d->rx_owd : 0, ack, active(g, e));
         w = (bytes + (1 << shift) - 1) >> shift;  /* rounded up: never below the floor */
     }
     if (w >= p->win)
