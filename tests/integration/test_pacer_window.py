@@ -66,6 +66,9 @@ res["queued"] = out_window("A", 5000)
 d.update("act", ctypes.c_uint32(0), Act(epoch=e, cur=400, prev=0))
 res["floor"] = out_window("A", 500)
 res["smaller_kept"] = out_window("A", 2)            # never widened
+dest()                                              # no OWD yet, no socket: no base
+res["no_base"] = out_window("A", 500)
+dest(rx_min=MS, rx_owd=MS)
 d.update("flows", key, Flow(epoch=e - 2, ws_ours=7, peer_ws=1))
 res["idle_flow"] = out_window("A", 500)             # not active: left alone
 cfg(window=0)
@@ -101,8 +104,8 @@ def test_window_clamp_and_base_relative_threshold_on_known_segments():
     previous one's count), a base OWD of 1 ms each way, T 0.5 ms and 1 Gbit/s, each flow's
     window is 2.5 ms of the line / 4 = 78125 B: 611 units of 128 B (rounded up); 2 ms of
     queueing (> T) cuts it by T / 2 ms to 19531 B (153 units); 400 flows hit the floor (12
-    units); a window already smaller is kept, an idle flow's and a clamp that is off change
-    nothing; every rewritten segment's TCP checksum is right. Sender side: with T from the
+    units); a window already smaller is kept; an idle flow's, one without a base RTT (no OWD
+    and no socket to ask) and a clamp that is off change nothing; every rewritten segment's TCP checksum is right. Sender side: with T from the
     base, the echo of a full-size segment at 4 ms sets the base and holds nothing, and one
     1.5 ms above it holds for 1 ms; with T from 0 the first echo holds for 3.5 ms (On-Ramp as
     published)."""
@@ -117,6 +120,7 @@ def test_window_clamp_and_base_relative_threshold_on_known_segments():
     assert r["floor"]["window"] == 12 and r["floor"]["csum_ok"]
     assert r["smaller_kept"]["window"] == 2
     assert r["idle_flow"]["window"] == 500
+    assert r["no_base"]["window"] == 500
     assert r["off"]["window"] == 500
     # OWDs travel in stamp units (8.192 us): 4 ms is 488 units, 5.5 ms 671
     base, zero = r["from_base_1"], r["from_base_0"]
