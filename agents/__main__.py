@@ -194,8 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--window-clamp", action=argparse.BooleanOptionalAction, default=True,
                     help="bpf, pace mode: as a receiver, clamp the window advertised to each "
                          "sender so that the active senders' windows sum to the line's bytes "
-                         "in base RTT + T, cut while the queueing delay exceeds T (ICTCP's "
-                         "rule with the measured OWD; docs/how-it-works/pacer-datapath.md)")
+                         "in the base RTT plus --window-queue packets, cut while the queueing "
+                         "delay exceeds that queue's (ICTCP's idea, our rule from the measured "
+                         "OWD; docs/how-it-works/pacer-datapath.md)")
+    pc.add_argument("--window-queue", type=int, default=8,
+                    help="bpf, window clamp: packets (of this VM's MTU) of the bottleneck's "
+                         "queue the clamped senders may fill together")
     pc.add_argument("--quantum-us", type=float, default=0.0,
                     help="bpf: holds are rounded up to a multiple of this, us (0: not)")
     pc.add_argument("--port", type=_port, default=7703, help="UDP port of the OWD probes")
@@ -317,7 +321,7 @@ def _pacer(parser: argparse.ArgumentParser, args) -> int:
                                      seed=zlib.crc32(args.name.encode())),
             datapath=args.datapath, pin_dir=args.pin_dir, hold=args.hold,
             quantum_ns=args.quantum_us * 1e3, from_base=args.threshold_from == "base",
-            window=args.window_clamp)
+            window=args.window_clamp, window_queue=args.window_queue)
         pacer = None
         if cfg.datapath == "bpf":
             from agents.bpfpacer import BpfPacer

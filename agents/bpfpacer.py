@@ -13,8 +13,9 @@ What the daemon does every ``sense_s``:
   T / 4) and whether it counts from each destination's base OWD (``from_base``), the longest
   hold, the longest hold in one piece, the pause quantum, whether to hold at all (``pace``),
   per peer whether both clocks are good enough to act on its echoes, and the receive-window
-  clamp's inputs (``window``: the line rate, T, the floor of one full segment from the
-  interface's MTU, the activity epoch of 4 x the longest hold);
+  clamp's inputs (``window``: the line rate, the queue it lets the senders fill
+  (``window_queue`` packets of the interface's MTU), the floor of one full segment, the
+  activity epoch of 4 x the longest hold);
 
 and every ``report_s``: its TCP connections (sock_diag, for the report only) and the report,
 with the kernel's per-destination counters and histograms (``agents.bpf``).
@@ -243,7 +244,8 @@ class BpfPacer(PacerBase):
                             burst_ns=int(2 * 1514 * 8e9 / (self.cfg.line_mbit * 1e6)),
                             spread=int(g.spread), from_base=int(self.cfg.from_base),
                             window=int(pace and self.cfg.window), active_ns=int(g.max_age_ns),
-                            full_bytes=self.mtu - 52, min_window=self.mtu - 52))
+                            full_bytes=self.mtu - 52, min_window=self.mtu - 52,
+                            queue_bytes=self.cfg.window_queue * self.mtu))
         self._state(whys)
         self.status += f" (hold {self.hold})" if self.hold != "none" else ""
 

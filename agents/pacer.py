@@ -98,6 +98,7 @@ class PacerConfig:
     quantum_ns: float = 0.0
     from_base: bool = True
     window: bool = True
+    window_queue: int = 8
 
     def __post_init__(self):
         if self.mode not in ("sense", "pace"):
@@ -106,6 +107,8 @@ class PacerConfig:
             raise ValueError(f"datapath must be bpf or probe, got {self.datapath!r}")
         if self.hold not in ("auto", "edt", "refuse", "none"):
             raise ValueError(f"hold must be auto, edt, refuse or none, got {self.hold!r}")
+        if self.window_queue < 1:
+            raise ValueError(f"window_queue must be >= 1, got {self.window_queue}")
         if self.quantum_ns < 0:
             raise ValueError(f"quantum_ns must be >= 0, got {self.quantum_ns}")
         for name in ("probe_s", "sense_s", "active_s", "report_s", "poll_s", "stale_s",

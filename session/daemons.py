@@ -111,8 +111,12 @@ class PacerSpec(BaseModel):
                             "segments' smallest) or from 0 (On-Ramp as published)")
     window_clamp: bool = Field(True, description="bpf: receivers clamp the window they "
                                                  "advertise so that their active senders' "
-                                                 "windows sum to the line's bytes in base RTT "
-                                                 "+ T (ICTCP's rule with the measured OWD)")
+                                                 "windows sum to the line's bytes in the base "
+                                                 "RTT plus window_queue packets (ICTCP's idea, "
+                                                 "our rule from the measured OWD)")
+    window_queue: int = Field(8, ge=1, description="bpf, window clamp: packets of the "
+                                                   "bottleneck's queue the clamped senders "
+                                                   "may fill together")
 
     @model_validator(mode="after")
     def _spread_needs_fresh(self) -> PacerSpec:
@@ -222,7 +226,8 @@ class AgentMesh:
                          "--probe-us", str(spec.probe_us), "--datapath", spec.datapath,
                          "--hold", spec.hold, "--quantum-us", str(spec.quantum_us),
                          "--threshold-from", spec.threshold_from,
-                         "--window-clamp" if spec.window_clamp else "--no-window-clamp"]
+                         "--window-clamp" if spec.window_clamp else "--no-window-clamp",
+                         "--window-queue", str(spec.window_queue)]
                         + ([pins[0], os.path.join(pins[1], vm.name)] if pins else [])
                         + ([] if spec.predict else ["--no-predict"])
                         + ([] if spec.fresh else ["--no-fresh"])

@@ -23,8 +23,9 @@
  *    retransmissions always pass, so an ACK always comes back to resume it.
  * Window clamp (receiver side, `window`): the receiver's `egress` lowers the window it
  * advertises to each sender (ICTCP's idea, Wu et al., CoNEXT 2010; the rule, `window_bytes`,
- * is ours: the line's bytes in base RTT + T shared by the flows active in this or the last
- * epoch, cut by T / queueing delay above T, at least one full segment), scaled by the window
+ * is ours: the line's bytes in the base RTT plus queue_bytes, shared by the flows active in
+ * this or the last epoch, cut while the queueing delay exceeds queue_bytes' worth, at least
+ * one full segment), scaled by the window
  * scale its own SYN announced (RFC 7323) and only lowered, never raised; a SYN's window
  * starts at the floor. The sender's TCP then keeps in flight no more than the queue can
  * take: no loss, no window reduction. Flows whose handshake it did not see are left alone.
@@ -52,7 +53,7 @@ struct cfg {
     __u64 threshold_ns; __u64 max_hold_ns; __u64 max_cont_ns; __u64 quantum_ns;
     __u64 max_transit_ns; __u64 ps_per_byte; __u64 burst_ns; __u64 spread;
     __u64 from_base; __u64 window; __u64 active_ns; __u64 full_bytes;
-    __u64 min_window;
+    __u64 min_window; __u64 queue_bytes;
 };
 struct peer { __u64 idx; __u64 synced; };
 struct dest {
@@ -273,19 +274,19 @@ static __always_inline __u64 active(const struct act *g, __u64 e)
     return g->epoch + 1 == e ? g->cur : 0;
 }
 
-/* The receive window of one of `n` active flows (ICTCP's rule, Wu et al., CoNEXT 2010, with
- * the OWD this datapath measures in place of its throughput test), bytes: the line's bytes in
- * (base RTT + T) shared by the active flows, cut by T / queueing delay while the data's
- * queueing delay (owd - base_owd) exceeds T, never below min_window. base RTT: the data's
- * base OWD + the ACKs' (ack_ns). */
+/* The receive window of one of `n` active flows, bytes (our rule for ICTCP's receiver-side
+ * window, Wu et al., CoNEXT 2010, from the OWD this datapath measures): the line's bytes in
+ * the base RTT plus queue_bytes, shared by the active flows; cut by target / q while the
+ * data's queueing delay q (owd - base_owd) exceeds the target (queue_bytes at the line's
+ * rate); never below min_window. base RTT: the data's base OWD + the ACKs' (ack_ns). */
 static __always_inline __u64 window_bytes(const struct cfg *c, __u64 base_owd, __u64 owd,
                                           __u64 ack_ns, __u64 n)
 {
-    __u64 t = c->threshold_ns;
-    __u64 w = (base_owd + ack_ns + t) * 1000 / c->ps_per_byte / (n ? n : 1);
+    __u64 w = ((base_owd + ack_ns) * 1000 / c->ps_per_byte + c->queue_bytes) / (n ? n : 1);
+    __u64 target = c->queue_bytes * c->ps_per_byte / 1000;
     __u64 q = owd > base_owd ? owd - base_owd : 0;
-    if (q > t && q)
-        w = w * t / q;
+    if (q > target && q)
+        w = w * target / q;
     return w < c->min_window ? c->min_window : w;
 }
 

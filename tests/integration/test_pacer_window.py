@@ -25,7 +25,7 @@ def cfg(**kw):
     base = dict(k0=k, ref0=k, ppb=0, synced=1, pace=1, threshold_ns=500_000,
                 max_hold_ns=20 * MS, max_cont_ns=200 * MS, max_transit_ns=400 * MS,
                 ps_per_byte=8000, burst_ns=0, window=1, active_ns=ACTIVE_NS, full_bytes=1448,
-                min_window=1448)
+                min_window=1448, queue_bytes=62_500)
     d.set_cfg(Cfg(**(base | kw)))
 
 def ip32(a):
@@ -101,9 +101,10 @@ print(json.dumps(res))
 def test_window_clamp_and_base_relative_threshold_on_known_segments():
     """Receiver side: a SYN-ACK's window becomes the floor (one full segment, 1448 B) and its
     window scale (7) is noted; with 4 flows active (the larger of this epoch's and the
-    previous one's count), a base OWD of 1 ms each way, T 0.5 ms and 1 Gbit/s, each flow's
-    window is 2.5 ms of the line / 4 = 78125 B: 611 units of 128 B (rounded up); 2 ms of
-    queueing (> T) cuts it by T / 2 ms to 19531 B (153 units); 400 flows hit the floor (12
+    previous one's count), a base OWD of 1 ms each way, 1 Gbit/s and a queue of 62500 B
+    (0.5 ms of the line), each flow's window is (2 ms of the line + the queue) / 4 = 78125 B:
+    611 units of 128 B (rounded up); 2 ms of queueing (> 0.5 ms) cuts it by 0.5 / 2 to
+    19531 B (153 units); 400 flows hit the floor (12
     units); a window already smaller is kept; an idle flow's, one without a base RTT (no OWD
     and no socket to ask) and a clamp that is off change nothing; every rewritten segment's TCP checksum is right. Sender side: with T from the
     base, the echo of a full-size segment at 4 ms sets the base and holds nothing, and one
