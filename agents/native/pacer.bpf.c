@@ -68,7 +68,8 @@ struct dest {
  * activity epoch its last data segment arrived in */
 struct flow_key { __u32 peer_ip; __u16 lport, pport; };
 struct flow { __u64 epoch; __u32 ws_ours, peer_ws; };
-/* flows active (a data segment arrived) in the current epoch and in the previous one */
+/* flows active (a SYN or a data segment arrived) in the current epoch and in the last one
+ * before it that had any */
 struct act { __u64 epoch, cur, prev; };
 
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, 1); __type(key, __u32);
@@ -250,8 +251,8 @@ static __always_inline struct flow *flow_of(const struct pkt *p, int create)
     return bpf_map_lookup_elem(&flows, &k);
 }
 
-/* flow `f` active in epoch `e` (its data segment arrived): counted once per epoch; a race
- * between two CPUs turning the epoch loses at most a count, which the previous epoch's
+/* flow `f` active in epoch `e` (its SYN or a data segment arrived): counted once per epoch;
+ * a race between two CPUs turning the epoch loses at most a count, which the last epoch's
  * number covers */
 static __always_inline void mark(struct act *g, struct flow *f, __u64 e)
 {
@@ -259,19 +260,19 @@ static __always_inline void mark(struct act *g, struct flow *f, __u64 e)
         return;
     f->epoch = e;
     if (g->epoch != e) {
-        g->prev = g->epoch + 1 == e ? g->cur : 0;
+        g->prev = g->cur;
         g->cur = 0;
         g->epoch = e;
     }
     __sync_fetch_and_add(&g->cur, 1);
 }
 
-/* flows active in epoch `e` or the one before */
-static __always_inline __u64 active(const struct act *g, __u64 e)
+/* the flows to share among: the larger count of the current epoch and of the last one
+ * before it that had any (after an idle spell, as many as then: an iteration of a
+ * collective starts as the last one ended) */
+static __always_inline __u64 active(const struct act *g)
 {
-    if (g->epoch == e)
-        return g->cur > g->prev ? g->cur : g->prev;
-    return g->epoch + 1 == e ? g->cur : 0;
+    return g->cur > g->prev ? g->cur : g->prev;
 }
 
 /* The receive window of one of `n` active flows, bytes (our rule for ICTCP's receiver-side
@@ -328,7 +329,7 @@ static __always_inline void clamp(struct __sk_buff *skb, const struct cfg *c, st
         if (!base)
             return;
         __u32 shift = f->ws_ours < 0xfe && f->peer_ws ? f->ws_ours : 0;
-        bytes = window_bytes(c, base, d->rx_min ? d->rx_owd : 0, ack, active(g, e));
+        bytes = window_bytes(c, base, d->rx_min ? d->rx_owd : 0, ack, active(g));
         w = (bytes + (1 << shift) - 1) >> shift;  /* rounded up: never below the floor */
     }
     if (w >= p->win)
@@ -373,7 +374,7 @@ int ingress(struct __sk_buff *skb)
         struct flow *f = (p.payload || (p.flags & 0x02)) ? flow_of(&p, 1) : 0;
         if (f && (p.flags & 0x02))
             f->peer_ws = wscale(skb, &p) >= 0;
-        if (f && g && p.payload)
+        if (f && g)
             mark(g, f, now / c->active_ns);
     }
     if (!c->synced)
