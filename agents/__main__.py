@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "in the base RTT plus --window-queue packets, cut while the queueing "
                          "delay exceeds that queue's (ICTCP's idea, our rule from the measured "
                          "OWD; docs/how-it-works/pacer-datapath.md)")
-    pc.add_argument("--window-queue", type=int, default=8,
+    pc.add_argument("--window-queue", type=int, default=2,
                     help="bpf, window clamp: packets (of this VM's MTU) of the bottleneck's "
                          "queue the clamped senders may fill together")
     pc.add_argument("--quantum-us", type=float, default=0.0,

@@ -98,7 +98,7 @@ class PacerConfig:
     quantum_ns: float = 0.0
     from_base: bool = True
     window: bool = True
-    window_queue: int = 8
+    window_queue: int = 2
 
     def __post_init__(self):
         if self.mode not in ("sense", "pace"):

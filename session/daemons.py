@@ -114,7 +114,7 @@ class PacerSpec(BaseModel):
                                                  "windows sum to the line's bytes in the base "
                                                  "RTT plus window_queue packets (ICTCP's idea, "
                                                  "our rule from the measured OWD)")
-    window_queue: int = Field(8, ge=1, description="bpf, window clamp: packets of the "
+    window_queue: int = Field(2, ge=1, description="bpf, window clamp: packets of the "
                                                    "bottleneck's queue the clamped senders "
                                                    "may fill together")
 

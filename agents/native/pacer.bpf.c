@@ -279,7 +279,9 @@ static __always_inline __u64 active(const struct act *g)
  * window, Wu et al., CoNEXT 2010, from the OWD this datapath measures): the line's bytes in
  * the base RTT plus queue_bytes, shared by the active flows; cut by target / q while the
  * data's queueing delay q (owd - base_owd) exceeds the target (queue_bytes at the line's
- * rate); never below min_window. base RTT: the data's base OWD + the ACKs' (ack_ns). */
+ * rate); in whole segments of min_window (a partial segment would be one more packet in a
+ * queue counted in packets), at least one. base RTT: the data's base OWD + the ACKs'
+ * (ack_ns). */
 static __always_inline __u64 window_bytes(const struct cfg *c, __u64 base_owd, __u64 owd,
                                           __u64 ack_ns, __u64 n)
 {
@@ -288,7 +290,8 @@ static __always_inline __u64 window_bytes(const struct cfg *c, __u64 base_owd, _
     __u64 q = owd > base_owd ? owd - base_owd : 0;
     if (q > target && q)
         w = w * target / q;
-    return w < c->min_window ? c->min_window : w;
+    w = w / c->min_window * c->min_window;
+    return w ? w : c->min_window;
 }
 
 /* the ACKs' base OWD toward this VM's peer: half the connection's smallest RTT (its

@@ -70,7 +70,7 @@ class PacerSection(Model):
                             "before it existed: zero)")
     window_clamp: bool = Field(False, description="bpf: receivers clamp their advertised "
                                                   "windows (absent before it existed: False)")
-    window_queue: int = Field(8, description="bpf, window clamp: packets of the bottleneck's "
+    window_queue: int = Field(2, description="bpf, window clamp: packets of the bottleneck's "
                                              "queue the clamped senders may fill together")
     reports: dict[str, PacerReport] = Field(description="by VM: its last PacerReport "
                                                         "(agents/API.md)")

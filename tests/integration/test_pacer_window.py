@@ -102,9 +102,9 @@ def test_window_clamp_and_base_relative_threshold_on_known_segments():
     """Receiver side: a SYN-ACK's window becomes the floor (one full segment, 1448 B) and its
     window scale (7) is noted; with 4 flows active (the larger of this epoch's and the
     previous one's count), a base OWD of 1 ms each way, 1 Gbit/s and a queue of 62500 B
-    (0.5 ms of the line), each flow's window is (2 ms of the line + the queue) / 4 = 78125 B:
-    611 units of 128 B (rounded up); 2 ms of queueing (> 0.5 ms) cuts it by 0.5 / 2 to
-    19531 B (153 units); 400 flows hit the floor (12
+    (0.5 ms of the line), each flow's window is (2 ms of the line + the queue) / 4 = 78125 B,
+    53 whole segments of 1448 B: 600 units of 128 B (rounded up); 2 ms of queueing
+    (> 0.5 ms) cuts it by 0.5 / 2 to 19531 B, 13 segments (148 units); 400 flows hit the floor (12
     units); a window already smaller is kept; an idle flow's, one without a base RTT (no OWD
     and no socket to ask) and a clamp that is off change nothing; every rewritten segment's TCP checksum is right. Sender side: with T from the
     base, the echo of a full-size segment at 4 ms sets the base and holds nothing, and one
@@ -116,8 +116,8 @@ def test_window_clamp_and_base_relative_threshold_on_known_segments():
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["synack"] == {"rc": 0, "window": 1448, "csum_ok": True}
     assert r["ws_ours"] == 7
-    assert r["share"] == {"rc": 0, "window": 611, "csum_ok": True}
-    assert r["queued"] == {"rc": 0, "window": 153, "csum_ok": True}
+    assert r["share"] == {"rc": 0, "window": 600, "csum_ok": True}
+    assert r["queued"] == {"rc": 0, "window": 148, "csum_ok": True}
     assert r["floor"]["window"] == 12 and r["floor"]["csum_ok"]
     assert r["smaller_kept"]["window"] == 2
     assert r["idle_flow"]["window"] == 500
