@@ -26,9 +26,9 @@
  * is ours: the line's bytes in the base RTT plus queue_bytes, shared by the flows active in
  * this or the last epoch, cut while the queueing delay exceeds queue_bytes' worth, at least
  * one full segment), scaled by the window
- * scale its own SYN announced (RFC 7323) and only lowered, never raised; a SYN's window
- * starts at the floor. The sender's TCP then keeps in flight no more than the queue can
- * take: no loss, no window reduction. Flows whose handshake it did not see are left alone.
+ * scale its own SYN announced (RFC 7323) and only lowered, never raised. The sender's TCP then keeps in flight no more than the queue can
+ * take: no loss, no window reduction. Flows whose handshake it did not see are left alone;
+ * a SYN's window is two segments.
  * Clocks: bpf_ktime_get_ns (CLOCK_MONOTONIC) mapped to the synchronized (reference) clock by
  * the daemon's anchor in `cfg`: ref = ref0 + (k - k0) + (k - k0) x ppb / 1e9.
  */
@@ -316,12 +316,14 @@ static __always_inline void clamp(struct __sk_buff *skb, const struct cfg *c, st
     if (!g)
         return;
     __u64 w, bytes;
-    if (p->flags & 0x02) {  /* SYN: note our scale; the window starts at the floor */
+    if (p->flags & 0x02) {  /* SYN: note our scale; the window starts at two segments (a
+                             * sender's segments are at most half the largest window it was
+                             * offered: Linux's tcp_bound_to_half_wnd, RFC 1122 4.2.3.4) */
         int ws = wscale(skb, p);
         struct flow *f = flow_of(p, 1);
         if (f)
             f->ws_ours = ws < 0 ? 0xfe : ws;
-        w = bytes = c->min_window;
+        w = bytes = 2 * c->min_window;
     } else {
         struct flow *f = flow_of(p, 0);
         __u64 e = now / c->active_ns;

@@ -51,7 +51,7 @@ def dest(**kw):
 
 res = {}
 cfg()
-# the handshake: our SYN-ACK announces window scale 7; the window starts at the floor
+# the handshake: our SYN-ACK announces window scale 7; the window starts at two segments
 res["synack"] = out_window("SA", 65160, [("MSS", 1460), ("SAckOK", b""), ("Timestamp", (1, 2)),
                                          ("NOP", None), ("WScale", 7)])
 f = d.lookup("flows", key, Flow())
@@ -99,7 +99,7 @@ print(json.dumps(res))
 
 
 def test_window_clamp_and_base_relative_threshold_on_known_segments():
-    """Receiver side: a SYN-ACK's window becomes the floor (one full segment, 1448 B) and its
+    """Receiver side: a SYN-ACK's window becomes two full segments (2896 B) and its
     window scale (7) is noted; with 4 flows active (the larger of this epoch's and the
     previous one's count), a base OWD of 1 ms each way, 1 Gbit/s and a queue of 62500 B
     (0.5 ms of the line), each flow's window is (2 ms of the line + the queue) / 4 = 78125 B,
@@ -114,7 +114,7 @@ def test_window_clamp_and_base_relative_threshold_on_known_segments():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    assert r["synack"] == {"rc": 0, "window": 1448, "csum_ok": True}
+    assert r["synack"] == {"rc": 0, "window": 2896, "csum_ok": True}
     assert r["ws_ours"] == 7
     assert r["share"] == {"rc": 0, "window": 600, "csum_ok": True}
     assert r["queued"] == {"rc": 0, "window": 148, "csum_ok": True}
