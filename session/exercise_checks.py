@@ -392,9 +392,10 @@ class Pacer(Kind):
     with the incast job unpaced (the pacers only measuring) and then ``paced_runs`` times
     paced with the student's ``pacer`` settings, and passes when the best paced run drops at
     least ``min_cut`` fewer packets than the unpaced one in the same lab (1, the default: none
-    at all, what the built-in exercise asks: a Gather of 4 senders on 5 Mbit/s, 50-packet
-    queues, 0.3 s of accelerator compute before each). Best of two by default: a run on a
-    loaded machine may drop what a quiet one does not."""
+    at all). Best of two by default: on the built-in exercise's Gather (4 senders, 5 Mbit/s,
+    50-packet queues, 0.3 s of accelerator compute before each Gather) the pacer's own rules
+    dropped nothing in 15 of 17 single paced runs but 3-16 packets in the others, so that
+    exercise asks for 0.95; On-Ramp's as published dropped about as much as unpaced every time."""
 
     Answer = PacerSpec
     Params = PacerParams

@@ -55,17 +55,18 @@ def test_colocated_start_then_check(tmp_path, capsys):
 def test_pacer_start_then_check(tmp_path):
     """``pacer`` started and checked, each check a lab of its own running the Gather unpaced
     and twice paced: the answer it starts from (On-Ramp's rule as published) fails, the pacer's
-    own rules pass: the better paced run drops nothing at all (the receivers' window clamp and
-    the senders' holds; docs/exercises.md), judged unless the check's lab ran saturated."""
+    own rules pass: the better paced run drops at least 95 % fewer packets than the unpaced one
+    (measured: none in 15 of 17 single paced runs, then 3 and 8 of 457 in both of a fresh-clone
+    run's; docs/exercises.md), judged unless the check's lab ran saturated."""
     ex = exercise.load_exercise("pacer")
     record = exercise.start(ex, 1, tmp_path, lab_name="exc_pacer")
     assert record["observations"]["jobs"]["incast"]["fabric_drops"] > 0, record["observations"]
     template, answer = tmp_path / "template.yaml", tmp_path / "answer.yaml"
     template.write_text(ex.answer)
     wrong = exercise.check(ex, template, tmp_path, lab_name="exc_pacer")
-    assert not wrong.passed and "none allowed, the best of" in wrong.text(), wrong.text()
+    assert not wrong.passed and "at least 95.0% needed, the best of" in wrong.text(), wrong.text()
     answer.write_text("threshold_us: 2000\nmax_hold_us: 20000\nprobe_us: 2000\n")
     right = exercise.check(ex, answer, tmp_path, lab_name="exc_pacer")
     if right.fidelity["saturated"] and not right.passed:
         pytest.skip(f"the check's lab ran saturated: {right.text()}")
-    assert right.passed and "none allowed" in right.text(), right.text()
+    assert right.passed and "at least 95.0% needed" in right.text(), right.text()
