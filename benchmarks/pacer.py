@@ -11,8 +11,8 @@ Arms: ``bpf`` (the pacer's defaults: OWD of every data segment in the kernel, th
 window clamp and the senders' holds with T from the base OWD, CUBIC), ``clamp`` (the clamp
 alone), ``hold`` (the holds alone, T from the base), ``onramp`` (the holds alone, T from 0:
 On-Ramp's rule as published), ``probe`` (the pacer's UDP probes and HTB switches, CUBIC),
-``cubic`` and ``bbr`` (no pacer at all). Each round runs every arm once, in turn; a paced arm's pacers start before its round
-(their clocks synchronized) and stop after it.
+``cubic`` and ``bbr`` (no pacer at all). Each round runs every arm once, in turn; a paced
+arm's pacers start before its round (their clocks synchronized) and stop after it.
 
 Printed per (senders, queue, arm): completion median with its 95 % bootstrap interval and p99
 over the rounds (s), fabric and VM-link queue drops per round (the lab's tc counters, the

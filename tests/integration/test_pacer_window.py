@@ -79,8 +79,8 @@ res["off"] = out_window("A", 500)
 def echo(owd_ns, full):
     units = owd_ns >> 13
     now = kernel_monotonic_ns()                     # its stamp: sent now (transit ~0)
-    pkt = Ether() / IP(src=PEER, dst=ME, id=(now >> 13) & 0xffff) / TCP(sport=PPORT, dport=LPORT, flags="A",
-                                                    urgptr=units | (0x8000 if full else 0))
+    pkt = Ether() / IP(src=PEER, dst=ME, id=(now >> 13) & 0xffff) / TCP(
+        sport=PPORT, dport=LPORT, flags="A", urgptr=units | (0x8000 if full else 0))
     d.test_run("ingress", bytes(pkt))
     return d.dest(0)
 
@@ -104,12 +104,12 @@ def test_window_clamp_and_base_relative_threshold_on_known_segments():
     previous one's count), a base OWD of 1 ms each way, 1 Gbit/s and a queue of 62500 B
     (0.5 ms of the line), each flow's window is (2 ms of the line + the queue) / 4 = 78125 B,
     53 whole segments of 1448 B: 600 units of 128 B (rounded up); 2 ms of queueing
-    (> 0.5 ms) cuts it by 0.5 / 2 to 19531 B, 13 segments (148 units); 400 flows hit the floor (12
-    units); a window already smaller is kept; an idle flow's, one without a base RTT (no OWD
-    and no socket to ask) and a clamp that is off change nothing; every rewritten segment's TCP checksum is right. Sender side: with T from the
-    base, the echo of a full-size segment at 4 ms sets the base and holds nothing, and one
-    1.5 ms above it holds for 1 ms; with T from 0 the first echo holds for 3.5 ms (On-Ramp as
-    published)."""
+    (> 0.5 ms) cuts it by 0.5 / 2 to 19531 B, 13 segments (148 units); 400 flows hit the
+    floor (12 units); a window already smaller is kept; an idle flow's, one without a base
+    RTT (no OWD and no socket to ask) and a clamp that is off change nothing; every rewritten
+    segment's TCP checksum is right. Sender side: with T from the base, the echo of a
+    full-size segment at 4 ms sets the base and holds nothing, and one 1.5 ms above it holds
+    for 1 ms; with T from 0 the first echo holds for 3.5 ms (On-Ramp as published)."""
     out = subprocess.run(["unshare", "--net", "--mount", sys.executable, "-c", RUN],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-3000:]
