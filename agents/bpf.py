@@ -76,9 +76,11 @@ class FlowKey(ctypes.Structure):
 
 
 class Flow(ctypes.Structure):
-    """``struct flow``: its activity epoch and window scales (``pacer.bpf.c``)."""
+    """``struct flow``: its activity epoch, window scales and the right edge of the window
+    last advertised (``pacer.bpf.c``)."""
 
-    _fields_ = [("epoch", _u64), ("ws_ours", ctypes.c_uint32), ("peer_ws", ctypes.c_uint32)]
+    _fields_ = [("epoch", _u64), ("ws_ours", ctypes.c_uint32), ("peer_ws", ctypes.c_uint32),
+                ("edge", ctypes.c_uint32), ("has_edge", ctypes.c_uint32)]
 
 
 class Act(ctypes.Structure):

@@ -26,7 +26,8 @@
  * is ours: the line's bytes in the base RTT plus queue_bytes, shared by the flows active in
  * this or the last epoch, cut while the queueing delay exceeds queue_bytes' worth, at least
  * one full segment), scaled by the window
- * scale its own SYN announced (RFC 7323) and only lowered, never raised. The sender's TCP then keeps in flight no more than the queue can
+ * scale its own SYN announced (RFC 7323) and only lowered, never raised, and its right edge
+ * never moves left (RFC 9293 3.8.6.2.2). The sender's TCP then keeps in flight no more than the queue can
  * take: no loss, no window reduction. Flows whose handshake it did not see are left alone;
  * a SYN's window is two segments.
  * Clocks: bpf_ktime_get_ns (CLOCK_MONOTONIC) mapped to the synchronized (reference) clock by
@@ -67,7 +68,7 @@ struct dest {
  * announced (ws_ours, 0xff: none) and whether the peer announced one too (peer_ws), the
  * activity epoch its last data segment arrived in */
 struct flow_key { __u32 peer_ip; __u16 lport, pport; };
-struct flow { __u64 epoch; __u32 ws_ours, peer_ws; };
+struct flow { __u64 epoch; __u32 ws_ours, peer_ws, edge, has_edge; };
 /* flows active (a SYN or a data segment arrived) in the current epoch and in the last one
  * before it that had any */
 struct act { __u64 epoch, cur, prev; };
@@ -88,7 +89,7 @@ struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, MAX_PEERS * KINDS
          __type(key, __u32); __type(value, struct hist); __uint(pinning, LIBBPF_PIN_BY_NAME); }
     hist SEC(".maps");
 
-struct pkt { __u32 ip_off, tcp_off, peer_ip, payload, doff;
+struct pkt { __u32 ip_off, tcp_off, peer_ip, payload, doff, ack;
              __u16 id, urg, win, lport, pport; __u8 flags; };
 
 /* IPv4 TCP to or from a peer: the offsets, the peer's address (network order), the payload
@@ -117,6 +118,7 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p, int egres
     p->flags = th[13];
     p->doff = doff;
     p->win = ((__u16)th[14] << 8) | th[15];
+    p->ack = ((__u32)th[8] << 24) | ((__u32)th[9] << 16) | ((__u32)th[10] << 8) | th[11];
     __u32 a = egress ? 0 : 2, b = egress ? 2 : 0;
     p->lport = ((__u16)th[a] << 8) | th[a + 1];
     p->pport = ((__u16)th[b] << 8) | th[b + 1];
@@ -335,7 +337,18 @@ static __always_inline void clamp(struct __sk_buff *skb, const struct cfg *c, st
             return;
         __u32 shift = f->ws_ours < 0xfe && f->peer_ws ? f->ws_ours : 0;
         bytes = window_bytes(c, base, d->rx_min ? d->rx_owd : 0, ack, active(g));
+        /* never shrink: the right edge stays at or beyond the last one advertised (RFC 9293
+         * 3.8.6.2.2; a sender's retransmission beyond a shrunk edge waits for it) */
+        if (f->has_edge && (__s32)(f->edge - p->ack) > 0 && f->edge - p->ack > bytes)
+            bytes = f->edge - p->ack;
         w = (bytes + (1 << shift) - 1) >> shift;  /* rounded up: never below the floor */
+        if (w > p->win)
+            w = p->win;
+        __u32 edge = p->ack + (w << shift);
+        if (!f->has_edge || (__s32)(edge - f->edge) > 0) {
+            f->edge = edge;
+            f->has_edge = 1;
+        }
     }
     if (w >= p->win)
         return;

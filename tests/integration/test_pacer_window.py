@@ -33,9 +33,10 @@ def ip32(a):
 
 key = FlowKey(ip32(PEER), LPORT, PPORT)
 
-def out_window(flags, window, options=()):
+def out_window(flags, window, options=(), ack=0):
     pkt = Ether() / IP(src=ME, dst=PEER, id=1) / TCP(sport=LPORT, dport=PPORT, flags=flags,
-                                                   window=window, options=list(options))
+                                                   window=window, ack=ack,
+                                                   options=list(options))
     rc, raw = d.test_run("egress", bytes(pkt))
     got = Ether(raw)
     sent = got[TCP].chksum
@@ -62,7 +63,11 @@ d.update("act", ctypes.c_uint32(0), Act(epoch=e, cur=4, prev=2))
 dest(rx_min=MS, rx_owd=MS)
 res["share"] = out_window("A", 5000)
 dest(rx_min=MS, rx_owd=3 * MS)                      # 2 ms of queueing > T = 0.5 ms
+# the right edge stays: 100 units of data later the window is 500 units, not 148
+res["no_shrink"] = out_window("A", 5000, ack=100 * 128)
+d.update("flows", key, Flow(epoch=e, ws_ours=7, peer_ws=1))  # a new edge
 res["queued"] = out_window("A", 5000)
+d.update("flows", key, Flow(epoch=e, ws_ours=7, peer_ws=1))
 d.update("act", ctypes.c_uint32(0), Act(epoch=e, cur=400, prev=0))
 res["floor"] = out_window("A", 500)
 res["smaller_kept"] = out_window("A", 2)            # never widened
@@ -104,7 +109,8 @@ def test_window_clamp_and_base_relative_threshold_on_known_segments():
     previous one's count), a base OWD of 1 ms each way, 1 Gbit/s and a queue of 62500 B
     (0.5 ms of the line), each flow's window is (2 ms of the line + the queue) / 4 = 78125 B,
     53 whole segments of 1448 B: 600 units of 128 B (rounded up); 2 ms of queueing
-    (> 0.5 ms) cuts it by 0.5 / 2 to 19531 B, 13 segments (148 units); 400 flows hit the
+    (> 0.5 ms) cuts it by 0.5 / 2 to 19531 B, 13 segments (148 units), but never left of the
+    right edge already advertised (100 units acknowledged later: 500 units); 400 flows hit the
     floor (12 units); a window already smaller is kept; an idle flow's, one without a base
     RTT (no OWD and no socket to ask) and a clamp that is off change nothing; every rewritten
     segment's TCP checksum is right. Sender side: with T from the base, the echo of a
@@ -118,6 +124,7 @@ def test_window_clamp_and_base_relative_threshold_on_known_segments():
     assert r["ws_ours"] == 7
     assert r["share"] == {"rc": 0, "window": 600, "csum_ok": True}
     assert r["queued"] == {"rc": 0, "window": 148, "csum_ok": True}
+    assert r["no_shrink"] == {"rc": 0, "window": 500, "csum_ok": True}
     assert r["floor"]["window"] == 12 and r["floor"]["csum_ok"]
     assert r["smaller_kept"]["window"] == 2
     assert r["idle_flow"]["window"] == 500
