@@ -187,11 +187,11 @@ def build_parser() -> argparse.ArgumentParser:
                          "root qdisc), refuse (TCP keeps the segment unsent), auto: edt where "
                          "this kernel has sch_fq, none: no hold (the receivers' window clamp "
                          "alone, with --window-clamp)")
-    pc.add_argument("--threshold-from", choices=["base", "zero"], default="base",
+    pc.add_argument("--threshold-from", choices=["base", "zero"], default="zero",
                     help="bpf: T counts from each destination's base OWD (the smallest OWD of "
                          "its full-size data segments echoed here) or from 0 (On-Ramp as "
                          "published)")
-    pc.add_argument("--window-clamp", action=argparse.BooleanOptionalAction, default=True,
+    pc.add_argument("--window-clamp", action=argparse.BooleanOptionalAction, default=False,
                     help="bpf, pace mode: as a receiver, clamp the window advertised to each "
                          "sender so that the active senders' windows sum to the line's bytes "
                          "in the base RTT plus --window-queue packets, cut while the queueing "

@@ -96,8 +96,8 @@ class PacerConfig:
     pin_dir: str = "/sys/fs/bpf/nslab-pacer"
     hold: str = "auto"
     quantum_ns: float = 0.0
-    from_base: bool = True
-    window: bool = True
+    from_base: bool = False
+    window: bool = False
     window_queue: int = 2
 
     def __post_init__(self):

@@ -5,12 +5,12 @@ once, behind its downlink's packet queue (``session.incast``: timed from the go)
 
     sudo .venv/bin/python benchmarks/pacer.py [--senders 2,4,8] [--queues 20,30,50]
         [--rounds 3] [--arms bpf,probe,cubic,bbr] [--rate 5]
-        (arms: bpf, clamp, hold, onramp, probe, cubic, bbr)
+        (arms: bpf, both, clamp, hold, probe, cubic, bbr)
 
-Arms: ``bpf`` (the pacer's defaults: OWD of every data segment in the kernel, the receivers'
-window clamp and the senders' holds with T from the base OWD, CUBIC), ``clamp`` (the clamp
-alone), ``hold`` (the holds alone, T from the base), ``onramp`` (the holds alone, T from 0:
-On-Ramp's rule as published), ``probe`` (the pacer's UDP probes and HTB switches, CUBIC),
+Arms: ``bpf`` (the pacer's defaults: OWD of every data segment in the kernel and the senders'
+holds, T from 0: On-Ramp's rule, CUBIC), ``both`` (the receivers' window clamp and the holds
+with T from the base OWD), ``clamp`` (the clamp alone), ``hold`` (the holds alone, T from the
+base), ``probe`` (the pacer's UDP probes and HTB switches, CUBIC),
 ``cubic`` and ``bbr`` (no pacer at all). Each round runs every arm once, in turn; a paced
 arm's pacers start before its round (their clocks synchronized) and stop after it.
 
@@ -50,9 +50,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from record import record  # noqa: E402 - benchmarks/ is this script's directory
 
 ARMS = {"bpf": ({"datapath": "bpf"}, "cubic"),
-        "clamp": ({"datapath": "bpf", "hold": "none"}, "cubic"),
-        "hold": ({"datapath": "bpf", "window_clamp": False}, "cubic"),
-        "onramp": ({"datapath": "bpf", "window_clamp": False, "threshold_from": "zero"}, "cubic"),
+        "both": ({"datapath": "bpf", "window_clamp": True, "threshold_from": "base"}, "cubic"),
+        "clamp": ({"datapath": "bpf", "hold": "none", "window_clamp": True}, "cubic"),
+        "hold": ({"datapath": "bpf", "threshold_from": "base"}, "cubic"),
         "probe": ({"datapath": "probe"}, "cubic"), "cubic": (None, "cubic"),
         "bbr": (None, "bbr")}
 """arm -> (the pacer's settings over the defaults, None: no pacer; the senders' congestion

@@ -107,9 +107,9 @@ class PacerSpec(BaseModel):
     quantum_us: float = Field(0.0, ge=0, description="bpf: holds rounded up to a multiple "
                                                      "of this, us (0: not)")
     threshold_from: Literal["base", "zero"] = Field(
-        "base", description="bpf: T counts from each destination's base OWD (its full-size "
+        "zero", description="bpf: T counts from each destination's base OWD (its full-size "
                             "segments' smallest) or from 0 (On-Ramp as published)")
-    window_clamp: bool = Field(True, description="bpf: receivers clamp the window they "
+    window_clamp: bool = Field(False, description="bpf: receivers clamp the window they "
                                                  "advertise so that their active senders' "
                                                  "windows sum to the line's bytes in the base "
                                                  "RTT plus window_queue packets (ICTCP's idea, "
