@@ -182,10 +182,24 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--pin-dir", default="/sys/fs/bpf/nslab-pacer",
                     help="bpf: where the datapath's maps are pinned (a directory on a bpffs; "
                          "removed at exit)")
-    pc.add_argument("--hold", choices=["auto", "edt", "refuse"], default="auto",
+    pc.add_argument("--hold", choices=["auto", "edt", "refuse", "none"], default="auto",
                     help="bpf: how a destination is held: edt (skb->tstamp with sch_fq as the "
                          "root qdisc), refuse (TCP keeps the segment unsent), auto: edt where "
-                         "this kernel has sch_fq")
+                         "this kernel has sch_fq, none: no hold (the receivers' window clamp "
+                         "alone, with --window-clamp)")
+    pc.add_argument("--threshold-from", choices=["base", "zero"], default="zero",
+                    help="bpf: T counts from each destination's base OWD (the smallest OWD of "
+                         "its full-size data segments echoed here) or from 0 (On-Ramp as "
+                         "published)")
+    pc.add_argument("--window-clamp", action=argparse.BooleanOptionalAction, default=False,
+                    help="bpf, pace mode: as a receiver, clamp the window advertised to each "
+                         "sender so that the active senders' windows sum to the line's bytes "
+                         "in the base RTT plus --window-queue packets, cut while the queueing "
+                         "delay exceeds that queue's (ICTCP's idea, our rule from the measured "
+                         "OWD; docs/how-it-works/pacer-datapath.md)")
+    pc.add_argument("--window-queue", type=int, default=2,
+                    help="bpf, window clamp: packets (of this VM's MTU) of the bottleneck's "
+                         "queue the clamped senders may fill together")
     pc.add_argument("--quantum-us", type=float, default=0.0,
                     help="bpf: holds are rounded up to a multiple of this, us (0: not)")
     pc.add_argument("--port", type=_port, default=7703, help="UDP port of the OWD probes")
@@ -306,7 +320,8 @@ def _pacer(parser: argparse.ArgumentParser, args) -> int:
                                      spread=args.spread,
                                      seed=zlib.crc32(args.name.encode())),
             datapath=args.datapath, pin_dir=args.pin_dir, hold=args.hold,
-            quantum_ns=args.quantum_us * 1e3)
+            quantum_ns=args.quantum_us * 1e3, from_base=args.threshold_from == "base",
+            window=args.window_clamp, window_queue=args.window_queue)
         pacer = None
         if cfg.datapath == "bpf":
             from agents.bpfpacer import BpfPacer

@@ -21,7 +21,8 @@ import struct
 
 from agents.native import PACER_BPF, NativeError, build
 
-__all__ = ["BUCKETS", "KINDS", "MAX_PEERS", "BpfError", "Cfg", "Datapath", "Dest",
+__all__ = ["BUCKETS", "KINDS", "MAX_PEERS", "Act", "BpfError", "Cfg", "Datapath", "Dest", "Flow",
+           "FlowKey",
            "mount_bpffs", "object_path", "probe", "unit_ns"]
 
 MAX_PEERS, KINDS, BUCKETS = 256, 3, 192
@@ -47,7 +48,9 @@ class Cfg(ctypes.Structure):
     _fields_ = [("k0", _u64), ("ref0", _i64), ("ppb", _i64), ("synced", _u64),
                 ("pace", _u64), ("edt", _u64), ("threshold_ns", _u64), ("max_hold_ns", _u64),
                 ("max_cont_ns", _u64), ("quantum_ns", _u64), ("max_transit_ns", _u64),
-                ("ps_per_byte", _u64), ("burst_ns", _u64), ("spread", _u64)]
+                ("ps_per_byte", _u64), ("burst_ns", _u64), ("spread", _u64),
+                ("from_base", _u64), ("window", _u64), ("active_ns", _u64),
+                ("full_bytes", _u64), ("min_window", _u64), ("queue_bytes", _u64)]
 
 
 class Peer(ctypes.Structure):
@@ -61,7 +64,29 @@ class Dest(ctypes.Structure):
     _fields_ = [(n, _u64) for n in (
         "hold_until", "held_since", "open_until", "rx_owd", "rx_at", "rx_fresh", "rx_samples",
         "echoes", "fb_samples", "above", "holds", "held_ns", "refused", "leaked", "stamped",
-        "next_ns", "paced")]
+        "next_ns", "paced", "rx_full", "rx_min", "fb_min", "clamped", "window")]
+
+
+class FlowKey(ctypes.Structure):
+    """``struct flow_key``: a TCP connection with a peer (its address in network order, the
+    ports as numbers; ``lport`` this VM's)."""
+
+    _fields_ = [("peer_ip", ctypes.c_uint32), ("lport", ctypes.c_uint16),
+                ("pport", ctypes.c_uint16)]
+
+
+class Flow(ctypes.Structure):
+    """``struct flow``: its activity epoch, window scales and the right edge of the window
+    last advertised (``pacer.bpf.c``)."""
+
+    _fields_ = [("epoch", _u64), ("ws_ours", ctypes.c_uint32), ("peer_ws", ctypes.c_uint32),
+                ("edge", ctypes.c_uint32), ("has_edge", ctypes.c_uint32)]
+
+
+class Act(ctypes.Structure):
+    """``struct act``: the activity epoch and the flows active in it and the one before."""
+
+    _fields_ = [("epoch", _u64), ("cur", _u64), ("prev", _u64)]
 
 
 def unit_ns() -> int:
@@ -93,6 +118,17 @@ class _TcOpts(ctypes.Structure):
                 ("priority", ctypes.c_uint32)]
 
 
+class _TestRunOpts(ctypes.Structure):  # struct bpf_test_run_opts (libbpf's bpf.h)
+    _fields_ = [("sz", ctypes.c_size_t), ("data_in", ctypes.c_void_p),
+                ("data_out", ctypes.c_void_p), ("data_size_in", ctypes.c_uint32),
+                ("data_size_out", ctypes.c_uint32), ("ctx_in", ctypes.c_void_p),
+                ("ctx_out", ctypes.c_void_p), ("ctx_size_in", ctypes.c_uint32),
+                ("ctx_size_out", ctypes.c_uint32), ("retval", ctypes.c_uint32),
+                ("repeat", ctypes.c_int), ("duration", ctypes.c_uint32),
+                ("flags", ctypes.c_uint32), ("cpu", ctypes.c_uint32),
+                ("batch_size", ctypes.c_uint32)]
+
+
 class _OpenOpts(ctypes.Structure):  # the fields up to pin_root_path (libbpf takes a prefix)
     _fields_ = [("sz", ctypes.c_size_t), ("object_name", ctypes.c_char_p),
                 ("relaxed_maps", ctypes.c_bool), ("pin_root_path", ctypes.c_char_p)]
@@ -121,6 +157,7 @@ def _libbpf() -> ctypes.CDLL:
                 "bpf_tc_attach": (i, [p, p]), "bpf_tc_detach": (i, [p, p]),
                 "bpf_map_update_elem": (i, [i, p, p, _u64]),
                 "bpf_map_lookup_elem": (i, [i, p, p]),
+                "bpf_prog_test_run_opts": (i, [i, p]),
                 "libbpf_get_error": (ctypes.c_long, [p])}
         for fn, (res, args) in sigs.items():
             f = getattr(lib, fn)
@@ -200,7 +237,7 @@ class Datapath:
             _check(lib.bpf_object__load(obj), f"loading {os.path.basename(path)} (maps "
                                               f"pinned in {pin_dir}: it must be on a bpffs)")
             self.fds = {m: lib.bpf_map__fd(lib.bpf_object__find_map_by_name(obj, m.encode()))
-                        for m in ("cfg", "peers", "dests", "hist")}
+                        for m in ("cfg", "peers", "dests", "hist", "flows", "act")}
             self.hook = _TcHook(ctypes.sizeof(_TcHook), self.ifindex,
                                 _BPF_TC_INGRESS | _BPF_TC_EGRESS, 0)
             rc = lib.bpf_tc_hook_create(ctypes.byref(self.hook))
@@ -220,13 +257,24 @@ class Datapath:
             raise
 
     # -- maps ----------------------------------------------------------------------------
-    def _update(self, m: str, key: ctypes._SimpleCData, value: ctypes.Structure) -> None:
+    def lookup(self, m: str, key: ctypes._CData, value: ctypes.Structure) -> ctypes.Structure:
+        """Read map ``m`` at ``key`` into ``value`` and return it.
+
+        Raises:
+            BpfError: no such entry."""
+        _check(self.lib.bpf_map_lookup_elem(self.fds[m], ctypes.byref(key), ctypes.byref(value)),
+               f"reading map {m}")
+        return value
+
+    def update(self, m: str, key: ctypes._CData, value: ctypes.Structure) -> None:
+        """Write ``value`` at ``key`` of map ``m`` (``cfg``, ``peers``, ``dests``, ``flows``,
+        ``act``), as the C structures above."""
         _check(self.lib.bpf_map_update_elem(self.fds[m], ctypes.byref(key), ctypes.byref(value),
                                             0), f"updating map {m}")
 
     def set_cfg(self, cfg: Cfg) -> None:
         """Write the policy and clock anchor (one map update)."""
-        self._update("cfg", ctypes.c_uint32(0), cfg)
+        self.update("cfg", ctypes.c_uint32(0), cfg)
 
     def set_peer(self, ip: str, idx: int, synced: bool) -> None:
         """Peer ``ip`` (IPv4) is destination ``idx`` (< ``MAX_PEERS``); ``synced``: its and this
@@ -234,7 +282,7 @@ class Datapath:
         if not 0 <= idx < MAX_PEERS:
             raise ValueError(f"peer index {idx} outside 0..{MAX_PEERS - 1}")
         key = ctypes.c_uint32(struct.unpack("=I", socket.inet_aton(ip))[0])
-        self._update("peers", key, Peer(idx, int(synced)))
+        self.update("peers", key, Peer(idx, int(synced)))
 
     def dest(self, idx: int) -> Dest:
         """Destination ``idx``'s state and counters now."""
@@ -250,6 +298,25 @@ class Datapath:
                                             ctypes.byref(ctypes.c_uint32(idx * KINDS + kind)),
                                             ctypes.byref(v)), "reading map hist")
         return list(v)
+
+    def test_run(self, prog: str, frame: bytes) -> tuple[int, bytes]:
+        """Run program ``prog`` (``ingress`` or ``egress``) once on Ethernet frame ``frame``
+        with the maps as they are (BPF_PROG_TEST_RUN, bpf(2)): its verdict (TC_ACT_*) and the
+        frame as it left.
+
+        Raises:
+            BpfError: the kernel refused the run.
+        """
+        fd = self.lib.bpf_program__fd(self.lib.bpf_object__find_program_by_name(
+            self.obj, prog.encode()))
+        buf_in = ctypes.create_string_buffer(frame, len(frame))
+        buf_out = ctypes.create_string_buffer(len(frame) + 256)
+        o = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts),
+                         data_in=ctypes.cast(buf_in, ctypes.c_void_p),
+                         data_out=ctypes.cast(buf_out, ctypes.c_void_p),
+                         data_size_in=len(frame), data_size_out=len(buf_out), repeat=1)
+        _check(self.lib.bpf_prog_test_run_opts(fd, ctypes.byref(o)), f"test run of {prog}")
+        return o.retval, buf_out.raw[:o.data_size_out]
 
     def close(self) -> None:
         """Detach both programs, remove the clsact qdisc if this made it, unpin the maps and

@@ -10,9 +10,15 @@ What the daemon does every ``sense_s``:
   VM's offset and drift from the coordinator (``agents.pacer.Sync``), and the rate between
   the last two anchors (``anchor``): the kernel stamps and measures on ``ref``;
 * the policy: On-Ramp's ``T`` (above the sync error: ``Sync`` trusts an offset only within
-  T / 4), the longest hold, the longest hold in one piece, the pause quantum, whether to hold
-  at all (``pace``), and per peer whether both clocks are good enough to act on its echoes;
-* reports: the kernel's per-destination counters and histograms (``agents.bpf``).
+  T / 4) and whether it counts from each destination's base OWD (``from_base``), the longest
+  hold, the longest hold in one piece, the pause quantum, whether to hold at all (``pace``),
+  per peer whether both clocks are good enough to act on its echoes, and the receive-window
+  clamp's inputs (``window``: the line rate, the queue it lets the senders fill
+  (``window_queue`` packets of the interface's MTU), the floor of one full segment, the
+  activity epoch of 4 x the longest hold);
+
+and every ``report_s``: its TCP connections (sock_diag, for the report only) and the report,
+with the kernel's per-destination counters and histograms (``agents.bpf``).
 
 An echo rides on the next segment toward the sender, so how soon it leaves is how soon this
 VM's TCP acknowledges: with delayed ACKs a flow sharing a slow bottleneck with others is
@@ -23,29 +29,37 @@ route (it only stamps and measures).
 
 How the kernel holds is chosen by capability (``hold``): ``edt`` where this namespace has
 sch_fq (it becomes the interface's root qdisc: a held segment's ``skb->tstamp`` is the hold's
-end), else ``refuse`` (``pacer.bpf.c`` says how TCP keeps a refused segment).
+end), else ``refuse`` (``pacer.bpf.c`` says how TCP keeps a refused segment); ``none`` holds
+nothing (the window clamp alone).
 
-Source: Liu et al., "Breaking the Transience-Equilibrium Nexus: A New Approach to Datacenter
-Packet Transport", NSDI 2021 (On-Ramp).
+Sources: Liu et al., "Breaking the Transience-Equilibrium Nexus: A New Approach to Datacenter
+Packet Transport", NSDI 2021 (On-Ramp: the hold); Wu et al., "ICTCP: Incast Congestion
+Control for TCP in Data Center Networks", CoNEXT 2010 (the receive-window clamp).
 """
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import logging
 import platform
+import socket
+import struct
 import subprocess
+import time
 
 from agents.bpf import BpfError, Cfg, Datapath, Dest
 from agents.clock import Clock
 from agents.pacer import PacerBase, PacerConfig
 from contracts.messages import ClockEstimate, PacerDest
 
-__all__ = ["BpfPacer", "anchor", "bucket_bounds_ns", "kernel_monotonic_ns", "quantile_ns"]
+__all__ = ["BpfPacer", "anchor", "bucket_bounds_ns", "interface_mtu", "kernel_monotonic_ns",
+           "quantile_ns"]
 
 log = logging.getLogger("agents.bpfpacer")
 
 _SYS_CLOCK_GETTIME = {"x86_64": 228, "aarch64": 113}
 _CLOCK_MONOTONIC = 1
+_SIOCGIFMTU = 0x8921
 _MAX_PPB = 1_000_000
 """The largest rate difference between the kernel clock and the reference that an anchor
 takes, ppb (1000 ppm: more is a clock step between anchors, not a rate)."""
@@ -69,6 +83,17 @@ def kernel_monotonic_ns() -> int:
     if _libc.syscall(nr, _CLOCK_MONOTONIC, ctypes.byref(ts)) != 0:
         raise OSError(ctypes.get_errno(), "clock_gettime(CLOCK_MONOTONIC)")
     return ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+
+
+def interface_mtu(ifname: str) -> int:
+    """The MTU of ``ifname`` in this network namespace, bytes (netdevice(7), SIOCGIFMTU).
+
+    Raises:
+        OSError: no such interface.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = struct.pack("16si12x", ifname.encode()[:15], 0)
+        return struct.unpack("16si12x", fcntl.ioctl(s.fileno(), _SIOCGIFMTU, req))[1]
 
 
 def anchor(k_ns: int, ref_ns: int, prev: tuple[int, int] | None) -> tuple[int, int, int]:
@@ -135,11 +160,13 @@ class BpfPacer(PacerBase):
         self.dp = Datapath(cfg.ifname, cfg.pin_dir)
         try:
             self.hold = self._choose_hold(cfg.hold) if cfg.mode == "pace" else "none"
+            self.mtu = interface_mtu(cfg.ifname)
         except BpfError:
             self.dp.close()
             raise
         self.routes = self._quickack() if cfg.mode == "pace" else []
         self.prev: tuple[int, int] | None = None
+        self.next_sense = 0.0
         self.peer_synced: dict[str, bool] = {}
         for i, name in enumerate(self.names):
             self.dp.set_peer(cfg.peers[name], i, False)
@@ -169,9 +196,10 @@ class BpfPacer(PacerBase):
                               capture_output=True, text=True)
 
     def _choose_hold(self, want: str) -> str:
-        """``edt`` with sch_fq installed as the root qdisc, or ``refuse`` (module doc)."""
-        if want == "refuse":
-            return "refuse"
+        """``edt`` with sch_fq installed as the root qdisc, or ``refuse`` (module doc); ``none``
+        as asked."""
+        if want in ("refuse", "none"):
+            return want
         r = self._tc_fq("replace")
         if r.returncode == 0:
             return "edt"
@@ -180,6 +208,13 @@ class BpfPacer(PacerBase):
                            f"... root fq' fails: {r.stderr.strip()} (CONFIG_NET_SCH_FQ; or use "
                            "hold refuse)")
         return "refuse"
+
+    def _sense(self) -> None:
+        """TCP sensing (sock_diag) once per ``report_s``: here it feeds only the reports and
+        the status (the kernel senses and holds), and each dump costs about 1 ms of CPU."""
+        if time.monotonic() >= self.next_sense:
+            self.next_sense = time.monotonic() + self.cfg.report_s
+            super()._sense()
 
     def _step(self) -> None:
         now = self.clock.now_ns()
@@ -198,15 +233,19 @@ class BpfPacer(PacerBase):
         self.prev = (k, ref)
         g = self.cfg.gate
         me_ok = self.sync.why_not(self.cfg.name, now) is None
+        pace = self.cfg.mode == "pace"
         self.dp.set_cfg(Cfg(k0=k0, ref0=ref0, ppb=ppb, synced=int(me_ok),
-                            pace=int(self.cfg.mode == "pace"), edt=int(self.hold == "edt"),
+                            pace=int(pace and self.hold != "none"), edt=int(self.hold == "edt"),
                             threshold_ns=int(g.threshold_ns), max_hold_ns=int(g.max_hold_ns),
                             max_cont_ns=int(g.max_continuous_ns),
                             quantum_ns=int(self.cfg.quantum_ns),
                             max_transit_ns=int(g.max_age_ns),
                             ps_per_byte=int(8e12 / (self.cfg.line_mbit * 1e6)),
                             burst_ns=int(2 * 1514 * 8e9 / (self.cfg.line_mbit * 1e6)),
-                            spread=int(g.spread)))
+                            spread=int(g.spread), from_base=int(self.cfg.from_base),
+                            window=int(pace and self.cfg.window), active_ns=int(g.max_age_ns),
+                            full_bytes=self.mtu - 52, min_window=self.mtu - 52,
+                            queue_bytes=self.cfg.window_queue * self.mtu))
         self._state(whys)
         self.status += f" (hold {self.hold})" if self.hold != "none" else ""
 
@@ -223,7 +262,8 @@ class BpfPacer(PacerBase):
                                     holds=d.holds, held_ms=d.held_ns / 1e6,
                                     react_us_p99=_us(transit, 0.99),
                                     echo_us_p99=_us(echo, 0.99), echoes=d.echoes,
-                                    refused=d.refused + d.paced, tcp=tcp)
+                                    refused=d.refused + d.paced, clamped=d.clamped,
+                                    window_bytes=d.window or None, tcp=tcp)
         return dests
 
     def _start(self) -> None:

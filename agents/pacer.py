@@ -96,14 +96,19 @@ class PacerConfig:
     pin_dir: str = "/sys/fs/bpf/nslab-pacer"
     hold: str = "auto"
     quantum_ns: float = 0.0
+    from_base: bool = False
+    window: bool = False
+    window_queue: int = 2
 
     def __post_init__(self):
         if self.mode not in ("sense", "pace"):
             raise ValueError(f"mode must be sense or pace, got {self.mode!r}")
         if self.datapath not in ("bpf", "probe"):
             raise ValueError(f"datapath must be bpf or probe, got {self.datapath!r}")
-        if self.hold not in ("auto", "edt", "refuse"):
-            raise ValueError(f"hold must be auto, edt or refuse, got {self.hold!r}")
+        if self.hold not in ("auto", "edt", "refuse", "none"):
+            raise ValueError(f"hold must be auto, edt, refuse or none, got {self.hold!r}")
+        if self.window_queue < 1:
+            raise ValueError(f"window_queue must be >= 1, got {self.window_queue}")
         if self.quantum_ns < 0:
             raise ValueError(f"quantum_ns must be >= 0, got {self.quantum_ns}")
         for name in ("probe_s", "sense_s", "active_s", "report_s", "poll_s", "stale_s",

@@ -5,20 +5,24 @@ once, behind its downlink's packet queue (``session.incast``: timed from the go)
 
     sudo .venv/bin/python benchmarks/pacer.py [--senders 2,4,8] [--queues 20,30,50]
         [--rounds 3] [--arms bpf,probe,cubic,bbr] [--rate 5]
+        (arms: bpf, both, clamp, hold, probe, cubic, bbr)
 
-Arms: ``bpf`` (the pacer's default: OWD of every data segment and holds in the kernel, CUBIC),
-``probe`` (the pacer's UDP probes and HTB switches, CUBIC), ``cubic`` and ``bbr`` (no pacer at
-all). Each round runs every arm once, in turn; a paced arm's pacers start before its round
-(their clocks synchronized) and stop after it.
+Arms: ``bpf`` (the pacer's defaults: OWD of every data segment in the kernel and the senders'
+holds, T from 0: On-Ramp's rule, CUBIC), ``both`` (the receivers' window clamp and the holds
+with T from the base OWD), ``clamp`` (the clamp alone), ``hold`` (the holds alone, T from the
+base), ``probe`` (the pacer's UDP probes and HTB switches, CUBIC),
+``cubic`` and ``bbr`` (no pacer at all). Each round runs every arm once, in turn; a paced
+arm's pacers start before its round (their clocks synchronized) and stop after it.
 
 Printed per (senders, queue, arm): completion median with its 95 % bootstrap interval and p99
 over the rounds (s), fabric and VM-link queue drops per round (the lab's tc counters, the
 truth; the coordinator's link left out: the agents' records), rounds without a drop, TCP
 retransmissions (paced arms: the pacers' sensing), holds, the reaction time of the kernel
-datapath (the receiver's echo delay p99 + the echo's transit p99, us) and the pacers' CPU
-(fraction of a core, the busiest pacer); then per cell the ratio of the bpf arm's median
-completion to CUBIC's and to BBR's with a 95 % bootstrap interval (scipy.stats.bootstrap) and a
-verdict (better, worse, no difference at this N). The table, and every sample, go to
+datapath (the receiver's echo delay p99 + the echo's transit p99, us), the segments whose
+window the receiver clamped and the pacers' CPU (fraction of a core, the busiest pacer); then
+per cell and paced arm the ratio of its median completion to CUBIC's and to BBR's with a 95 %
+bootstrap interval (scipy.stats.bootstrap) and a verdict (better, worse, no difference at this
+N), and the ratio of the p99s. The table, and every sample, go to
 ``benchmarks/results/pacer.json`` with the machine and the commit (``record.py``). Goals
 (issue 29): zero drops paced up to 8 senders on 20-packet queues; incast completion p99 at
 least 2x better than CUBIC alone.
@@ -45,9 +49,14 @@ from topo import LeafSpine
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from record import record  # noqa: E402 - benchmarks/ is this script's directory
 
-ARMS = {"bpf": ("bpf", "cubic"), "probe": ("probe", "cubic"), "cubic": (None, "cubic"),
+ARMS = {"bpf": ({"datapath": "bpf"}, "cubic"),
+        "both": ({"datapath": "bpf", "window_clamp": True, "threshold_from": "base"}, "cubic"),
+        "clamp": ({"datapath": "bpf", "hold": "none", "window_clamp": True}, "cubic"),
+        "hold": ({"datapath": "bpf", "threshold_from": "base"}, "cubic"),
+        "probe": ({"datapath": "probe"}, "cubic"), "cubic": (None, "cubic"),
         "bbr": (None, "bbr")}
-"""arm -> (pacer datapath, None: no pacer; the senders' congestion control)."""
+"""arm -> (the pacer's settings over the defaults, None: no pacer; the senders' congestion
+control)."""
 
 
 def interval(xs: list[float]) -> tuple[float, float] | None:
@@ -75,11 +84,11 @@ def ratio(xs: list[float], ys: list[float]) -> dict:
 
 def one_round(lab, mesh, senders, rx, arm: str, spec: PacerSpec, nbytes: int) -> dict:
     """One incast round of ``arm``: its pacers started (and synchronized) first if it has any."""
-    datapath, cc = ARMS[arm]
-    out = {"retrans": None, "holds": None, "react_us": None, "cpu": None}
+    update, cc = ARMS[arm]
+    datapath = None if update is None else update["datapath"]
+    out = {"retrans": None, "holds": None, "react_us": None, "cpu": None, "clamped": None}
     if datapath is not None:
-        started = mesh.start_pacers(senders + [rx], "pace",
-                                    spec.model_copy(update={"datapath": datapath}))
+        started = mesh.start_pacers(senders + [rx], "pace", spec.model_copy(update=update))
         wait_synced(mesh, [s.name for s in senders], 60.0, started)
         procs = {k: psutil.Process(p.pid) for k, p in mesh.procs.items() if k.startswith("pacer-")}
         cpu0 = {k: sum(p.cpu_times()[:2]) for k, p in procs.items()}
@@ -98,6 +107,8 @@ def one_round(lab, mesh, senders, rx, arm: str, spec: PacerSpec, nbytes: int) ->
                     if back and s.name in back.dests), default=0)
         out.update(retrans=sum(r.net.retrans_segs for r in reps),
                    holds=sum(d.holds for d in dests),
+                   clamped=sum(back.dests[s.name].clamped for s in senders
+                               if back and s.name in back.dests),
                    react_us=(echo + max((d.react_us_p99 or 0 for d in dests), default=0))
                    if datapath == "bpf" else max((d.react_us_p99 or 0 for d in dests),
                                                  default=0))
@@ -132,19 +143,21 @@ def cell(args, n: int, q: int) -> dict:
 
 
 def summary(c: dict) -> dict:
-    """Per arm: completion median, interval and p99, drops; per baseline: bpf's ratio."""
+    """Per arm: completion median, interval and p99, drops; per paced arm and baseline: the
+    ratio of medians (``ratio``) and of p99s."""
     out = {}
     for arm, xs in c["samples"].items():
         t = [x["completion_s"] for x in xs]
         out[arm] = {"median_s": float(np.median(t)), "ci_s": interval(t),
                     "p99_s": float(np.percentile(t, 99)), "drops": [x["drops"] for x in xs],
                     "zero_drop_rounds": sum(x["drops"] == 0 for x in xs)}
-    if "bpf" in c["samples"]:
-        bpf = [x["completion_s"] for x in c["samples"]["bpf"]]
-        for base in ("cubic", "bbr", "probe"):
+    for arm in (a for a in c["samples"] if ARMS[a][0] is not None):
+        xs = [x["completion_s"] for x in c["samples"][arm]]
+        for base in ("cubic", "bbr"):
             if base in c["samples"]:
-                out[f"bpf/{base}"] = ratio(bpf, [x["completion_s"] for x in
-                                                 c["samples"][base]])
+                ys = [x["completion_s"] for x in c["samples"][base]]
+                out[f"{arm}/{base}"] = ratio(xs, ys) | {
+                    "p99_ratio": float(np.percentile(xs, 99) / np.percentile(ys, 99))}
     return out
 
 
@@ -167,7 +180,7 @@ def main() -> None:
     cells, rows = [], []
     print(f"{'senders':>7s} {'queue':>5s} {'arm':>6s} {'median s':>8s} {'95% CI':>15s} "
           f"{'p99 s':>6s} {'drops/round':>16s} {'0-drop':>6s} {'retrans':>7s} {'holds':>5s} "
-          f"{'react us':>8s} {'CPU':>5s}")
+          f"{'react us':>8s} {'clamped':>7s} {'CPU':>5s}")
     for n in (int(x) for x in args.senders.split(",")):
         for q in (int(x) for x in args.queues.split(",")):
             c = cell(args, n, q)
@@ -189,12 +202,13 @@ def main() -> None:
                 print(f"{n:7d} {q:5d} {arm:>6s} {a['median_s']:8.2f} {ci:>15s} "
                       f"{a['p99_s']:6.2f} {str(a['drops']):>16s} "
                       f"{a['zero_drop_rounds']:>3d}/{len(xs):<2d} {med('retrans'):>7s} "
-                      f"{med('holds'):>5s} {med('react_us'):>8s} "
+                      f"{med('holds'):>5s} {med('react_us'):>8s} {med('clamped'):>7s} "
                       f"{(f'{max(cpu):.3f}' if cpu else '-'):>5s}", flush=True)
             for key in (k for k in s if "/" in k):
                 r = s[key]
                 ci = f"[{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]" if r["ci"] else "-"
-                print(f"{'':20s}{key}: {r['ratio']:.2f} {ci} {r['verdict']}")
+                print(f"{'':20s}{key}: {r['ratio']:.2f} {ci} {r['verdict']}; "
+                      f"p99 {r['p99_ratio']:.2f}")
             print(f"{'':20s}saturated: {c['fidelity']['saturated']} "
                   f"({c['fidelity'].get('saturated_share', 0):.0%} of the cell)", flush=True)
     record("pacer", "Incast: the pacer's kernel datapath beside its probe datapath, CUBIC and "

@@ -43,9 +43,10 @@ PacerDatapath = Literal["bpf", "probe"]
 """The pacer's datapath: ``bpf`` in the kernel (tc programs), ``probe`` UDP probes and HTB
 switches from user space."""
 
-PacerHold = Literal["auto", "edt", "refuse"]
+PacerHold = Literal["auto", "edt", "refuse", "none"]
 """How the kernel datapath holds a destination: ``edt`` (sch_fq), ``refuse`` (TCP keeps the
-segment), ``auto`` (edt where the kernel has sch_fq)."""
+segment), ``auto`` (edt where the kernel has sch_fq), ``none`` (no hold: the receivers'
+window clamp alone)."""
 
 SegmentKind = Literal["start", "step", "migrate", "vm_frequency", "vm_step", "vm_slew"]
 """Why a VM clock segment began (``agents.clock``)."""

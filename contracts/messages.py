@@ -232,6 +232,11 @@ class PacerDest(_Wire):
     refused: int = 0
     """``bpf``, hold ``refuse``: its new data segments refused while it was held (TCP kept
     them unsent and sent them later: not drops, not retransmissions)."""
+    clamped: int = 0
+    """``bpf``, window clamp: segments this VM sent it whose advertised receive window the
+    clamp lowered (it as a sender toward this VM)."""
+    window_bytes: int | None = None
+    """``bpf``, window clamp: the last window the clamp advertised to it, bytes."""
     tcp: DestStats | None = None
     """Its TCP connections now (``agents.tcpsense``); ``None`` without any."""
 

@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -106,9 +106,21 @@ class PacerSpec(BaseModel):
     hold: PacerHold = Field("auto", description="bpf: edt (sch_fq) "
                                                    "or refuse (TCP keeps a held segment "
                                                    "unsent); auto: edt where the kernel has "
-                                                   "sch_fq (nslab doctor: pacer_datapath)")
+                                                   "sch_fq (nslab doctor: pacer_datapath); "
+                                                   "none: no hold (the window clamp alone)")
     quantum_us: float = Field(0.0, ge=0, description="bpf: holds rounded up to a multiple "
                                                      "of this, us (0: not)")
+    threshold_from: Literal["base", "zero"] = Field(
+        "zero", description="bpf: T counts from each destination's base OWD (its full-size "
+                            "segments' smallest) or from 0 (On-Ramp as published)")
+    window_clamp: bool = Field(False, description="bpf: receivers clamp the window they "
+                                                 "advertise so that their active senders' "
+                                                 "windows sum to the line's bytes in the base "
+                                                 "RTT plus window_queue packets (ICTCP's idea, "
+                                                 "our rule from the measured OWD)")
+    window_queue: int = Field(2, ge=1, description="bpf, window clamp: packets of the "
+                                                   "bottleneck's queue the clamped senders "
+                                                   "may fill together")
 
     @model_validator(mode="after")
     def _spread_needs_fresh(self) -> PacerSpec:
@@ -241,7 +253,10 @@ class AgentMesh:
                          "--threshold-us", str(spec.threshold_us),
                          "--max-hold-us", str(spec.max_hold_us),
                          "--probe-us", str(spec.probe_us), "--datapath", spec.datapath,
-                         "--hold", spec.hold, "--quantum-us", str(spec.quantum_us)]
+                         "--hold", spec.hold, "--quantum-us", str(spec.quantum_us),
+                         "--threshold-from", spec.threshold_from,
+                         "--window-clamp" if spec.window_clamp else "--no-window-clamp",
+                         "--window-queue", str(spec.window_queue)]
                         + ([pins[0], os.path.join(pins[1], vm.name)] if pins else [])
                         + ([] if spec.predict else ["--no-predict"])
                         + ([] if spec.fresh else ["--no-fresh"])

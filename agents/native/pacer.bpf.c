@@ -9,15 +9,27 @@
  * ACKs cross the other direction) as its own synchronized time minus the stamp.
  * Feedback: the receiver's `egress` writes its latest fresh sample toward that peer, once, in
  * the TCP urgent pointer of the next segment it sends there (URG clear: RFC 9293 3.1, the
- * field is read only with URG set), which is usually the ACK of that very segment.
+ * field is read only with URG set), which is usually the ACK of that very segment: 15 bits
+ * of stamp units (268 ms) and a top bit set when the segment was full-size (full_bytes).
  * Holding (sender side): the sender's `ingress` applies On-Ramp's rule to each echoed sample
  * (hold the destination for OWD - T, quantized, at most max_hold, in one piece at most
- * max_cont, then open for max_hold); its `egress` holds a held destination's new data:
+ * max_cont, then open for max_hold), with T counted from the destination's base OWD (the
+ * smallest echo of a full-size segment) when from_base is set (ours: On-Ramp counts it from
+ * 0); its `egress` holds a held destination's new data:
  *  - edt: skb->tstamp moved to the hold's end (sch_fq in this namespace sends it then);
  *  - refuse: TC_ACT_SHOT before the qdisc; the kernel returns NET_XMIT_DROP to TCP, which
  *    keeps the segment unsent (no loss, no retransmission), reduces its window once (CWR,
  *    as for an ECN mark) and sends it on a later ACK. The flow's last segment in flight and
  *    retransmissions always pass, so an ACK always comes back to resume it.
+ * Window clamp (receiver side, `window`): the receiver's `egress` lowers the window it
+ * advertises to each sender (ICTCP's idea, Wu et al., CoNEXT 2010; the rule, `window_bytes`,
+ * is ours: the line's bytes in the base RTT plus queue_bytes, shared by the flows active in
+ * this or the last epoch, cut while the queueing delay exceeds queue_bytes' worth, at least
+ * one full segment), scaled by the window
+ * scale its own SYN announced (RFC 7323) and only lowered, never raised, and its right edge
+ * never moves left (RFC 9293 3.8.6.2.2). The sender's TCP then keeps in flight no more than the queue can
+ * take: no loss, no window reduction. Flows whose handshake it did not see are left alone;
+ * a SYN's window is two segments.
  * Clocks: bpf_ktime_get_ns (CLOCK_MONOTONIC) mapped to the synchronized (reference) clock by
  * the daemon's anchor in `cfg`: ref = ref0 + (k - k0) + (k - k0) x ppb / 1e9.
  */
@@ -34,11 +46,15 @@
 #define UNIT_SHIFT 13          /* stamp units: 8.192 us */
 #define STAMP_MASK 0xffffULL
 #define MAX_OWD_NS 400000000ULL  /* a larger difference is a negative OWD (clock error) */
+#define ECHO_MASK 0x7fff         /* an echo: the OWD in stamp units (268 ms at most) */
+#define ECHO_FULL 0x8000         /* and whether its segment was full-size (full_bytes) */
 
 struct cfg {
     __u64 k0; __s64 ref0; __s64 ppb; __u64 synced; __u64 pace; __u64 edt;
     __u64 threshold_ns; __u64 max_hold_ns; __u64 max_cont_ns; __u64 quantum_ns;
     __u64 max_transit_ns; __u64 ps_per_byte; __u64 burst_ns; __u64 spread;
+    __u64 from_base; __u64 window; __u64 active_ns; __u64 full_bytes;
+    __u64 min_window; __u64 queue_bytes;
 };
 struct peer { __u64 idx; __u64 synced; };
 struct dest {
@@ -46,7 +62,16 @@ struct dest {
     __u64 rx_owd, rx_at, rx_fresh;
     __u64 rx_samples, echoes, fb_samples, above, holds, held_ns, refused, leaked, stamped;
     __u64 next_ns, paced;
+    __u64 rx_full, rx_min, fb_min, clamped, window;
 };
+/* a TCP connection with this peer, seen from its handshake: the window scale this VM
+ * announced (ws_ours, 0xff: none) and whether the peer announced one too (peer_ws), the
+ * activity epoch its last data segment arrived in */
+struct flow_key { __u32 peer_ip; __u16 lport, pport; };
+struct flow { __u64 epoch; __u32 ws_ours, peer_ws, edge, has_edge; };
+/* flows active (a SYN or a data segment arrived) in the current epoch and in the last one
+ * before it that had any */
+struct act { __u64 epoch, cur, prev; };
 
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, 1); __type(key, __u32);
          __type(value, struct cfg); __uint(pinning, LIBBPF_PIN_BY_NAME); } cfg SEC(".maps");
@@ -54,12 +79,18 @@ struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, MAX_PEERS); __type
          __type(value, struct peer); __uint(pinning, LIBBPF_PIN_BY_NAME); } peers SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, MAX_PEERS); __type(key, __u32);
          __type(value, struct dest); __uint(pinning, LIBBPF_PIN_BY_NAME); } dests SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_LRU_HASH); __uint(max_entries, 4096);
+         __type(key, struct flow_key); __type(value, struct flow);
+         __uint(pinning, LIBBPF_PIN_BY_NAME); } flows SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, 1); __type(key, __u32);
+         __type(value, struct act); __uint(pinning, LIBBPF_PIN_BY_NAME); } act SEC(".maps");
 struct hist { __u64 n[BUCKETS]; };
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, MAX_PEERS * KINDS);
          __type(key, __u32); __type(value, struct hist); __uint(pinning, LIBBPF_PIN_BY_NAME); }
     hist SEC(".maps");
 
-struct pkt { __u32 ip_off, tcp_off, peer_ip, payload; __u16 id, urg; __u8 flags; };
+struct pkt { __u32 ip_off, tcp_off, peer_ip, payload, doff, ack;
+             __u16 id, urg, win, lport, pport; __u8 flags; };
 
 /* IPv4 TCP to or from a peer: the offsets, the peer's address (network order), the payload
  * length; 0 when not such a packet. */
@@ -85,6 +116,12 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p, int egres
     p->id = ((__u16)ip[4] << 8) | ip[5];
     p->urg = ((__u16)th[18] << 8) | th[19];
     p->flags = th[13];
+    p->doff = doff;
+    p->win = ((__u16)th[14] << 8) | th[15];
+    p->ack = ((__u32)th[8] << 24) | ((__u32)th[9] << 16) | ((__u32)th[10] << 8) | th[11];
+    __u32 a = egress ? 0 : 2, b = egress ? 2 : 0;
+    p->lport = ((__u16)th[a] << 8) | th[a + 1];
+    p->pport = ((__u16)th[b] << 8) | th[b + 1];
     return 1;
 }
 
@@ -137,10 +174,11 @@ static __always_inline void count(__u32 idx, __u32 kind, __u64 ns)
 /* On-Ramp's rule on one echoed sample `owd` at kernel time `now` (Liu et al., NSDI 2021) */
 static __always_inline void decide(const struct cfg *c, struct dest *d, __u64 owd, __u64 now)
 {
-    if (owd <= c->threshold_ns || now < d->open_until)
+    __u64 t = c->threshold_ns + (c->from_base ? d->fb_min : 0);
+    if (owd <= t || now < d->open_until)
         return;
     __sync_fetch_and_add(&d->above, 1);
-    __u64 hold = owd - c->threshold_ns;
+    __u64 hold = owd - t;
     if (c->quantum_ns)
         hold = (hold + c->quantum_ns - 1) / c->quantum_ns * c->quantum_ns;
     if (hold > c->max_hold_ns)
@@ -161,6 +199,165 @@ static __always_inline void decide(const struct cfg *c, struct dest *d, __u64 ow
         __sync_fetch_and_add(&d->held_ns, end - from);
         d->hold_until = end;
     }
+}
+
+/* x mod 64, in a way the verifier sees (the compiler would drop a mask it can prove idle) */
+static __always_inline __u32 bound63(__u32 x)
+{
+    asm volatile("%0 &= 0x3f" : "+r"(x));
+    return x;
+}
+
+/* The window scale option (RFC 7323 2.2) of a SYN's options: its shift, or -1 without one */
+static __always_inline int wscale(struct __sk_buff *skb, const struct pkt *p)
+{
+    __u8 o[64] = {};
+    __u32 len = p->doff - 20;
+    if (len < 4 || len > 40)
+        return -1;
+    __u32 n = len - 1;
+    if (bpf_skb_load_bytes(skb, p->tcp_off + 20, o, bound63(n) + 1))
+        return -1;
+    __u32 i = 0;
+    for (int k = 0; k < 16; k++) {  /* a SYN has a handful of options */
+        i = bound63(i);
+        if (i + 1 >= len)
+            break;
+        __u8 kind = o[bound63(i)];
+        if (kind == 0)
+            break;
+        if (kind == 1) {
+            i++;
+            continue;
+        }
+        __u8 l = o[bound63(i + 1)];
+        if (kind == 3 && l == 3 && i + 2 < len) {
+            __u8 ws = o[bound63(i + 2)];
+            return ws > 14 ? 14 : ws;
+        }
+        if (l < 2)
+            break;
+        i += l;
+    }
+    return -1;
+}
+
+static __always_inline struct flow *flow_of(const struct pkt *p, int create)
+{
+    struct flow_key k = { .peer_ip = p->peer_ip, .lport = p->lport, .pport = p->pport };
+    struct flow *f = bpf_map_lookup_elem(&flows, &k);
+    if (f || !create)
+        return f;
+    struct flow init = { .epoch = 0, .ws_ours = 0xff, .peer_ws = 0 };
+    bpf_map_update_elem(&flows, &k, &init, BPF_NOEXIST);
+    return bpf_map_lookup_elem(&flows, &k);
+}
+
+/* flow `f` active in epoch `e` (its SYN or a data segment arrived): counted once per epoch;
+ * a race between two CPUs turning the epoch loses at most a count, which the last epoch's
+ * number covers */
+static __always_inline void mark(struct act *g, struct flow *f, __u64 e)
+{
+    if (f->epoch == e)
+        return;
+    f->epoch = e;
+    if (g->epoch != e) {
+        g->prev = g->cur;
+        g->cur = 0;
+        g->epoch = e;
+    }
+    __sync_fetch_and_add(&g->cur, 1);
+}
+
+/* the flows to share among: the larger count of the current epoch and of the last one
+ * before it that had any (after an idle spell, as many as then: an iteration of a
+ * collective starts as the last one ended) */
+static __always_inline __u64 active(const struct act *g)
+{
+    return g->cur > g->prev ? g->cur : g->prev;
+}
+
+/* The receive window of one of `n` active flows, bytes (our rule for ICTCP's receiver-side
+ * window, Wu et al., CoNEXT 2010, from the OWD this datapath measures): the line's bytes in
+ * the base RTT plus queue_bytes, shared by the active flows; cut by target / q while the
+ * data's queueing delay q (owd - base_owd) exceeds the target (queue_bytes at the line's
+ * rate); in whole segments of min_window (a partial segment would be one more packet in a
+ * queue counted in packets), at least one. base RTT: the data's base OWD + the ACKs'
+ * (ack_ns). */
+static __always_inline __u64 window_bytes(const struct cfg *c, __u64 base_owd, __u64 owd,
+                                          __u64 ack_ns, __u64 n)
+{
+    __u64 w = ((base_owd + ack_ns) * 1000 / c->ps_per_byte + c->queue_bytes) / (n ? n : 1);
+    __u64 target = c->queue_bytes * c->ps_per_byte / 1000;
+    __u64 q = owd > base_owd ? owd - base_owd : 0;
+    if (q > target && q)
+        w = w * target / q;
+    w = w / c->min_window * c->min_window;
+    return w ? w : c->min_window;
+}
+
+/* the ACKs' base OWD toward this VM's peer: half the connection's smallest RTT (its
+ * handshake's, of small segments), else `base_owd` (0: unknown) */
+static __always_inline __u64 ack_owd(struct __sk_buff *skb, __u64 base_owd)
+{
+    struct bpf_sock *sk = skb->sk;
+    if (sk && (sk = bpf_sk_fullsock(sk))) {
+        struct bpf_tcp_sock *tp = bpf_tcp_sock(sk);
+        if (tp && tp->rtt_min && tp->rtt_min != ~0U)
+            return (__u64)tp->rtt_min * 500;
+    }
+    return base_owd;
+}
+
+/* Clamp the window this VM advertises to its peer in segment `p` (egress) */
+static __always_inline void clamp(struct __sk_buff *skb, const struct cfg *c, struct dest *d,
+                                  const struct pkt *p, __u64 now)
+{
+    __u32 zero = 0;
+    struct act *g = bpf_map_lookup_elem(&act, &zero);
+    if (!g)
+        return;
+    __u64 w, bytes;
+    if (p->flags & 0x02) {  /* SYN: note our scale; the window starts at two segments (a
+                             * sender's segments are at most half the largest window it was
+                             * offered: Linux's tcp_bound_to_half_wnd, RFC 1122 4.2.3.4) */
+        int ws = wscale(skb, p);
+        struct flow *f = flow_of(p, 1);
+        if (f)
+            f->ws_ours = ws < 0 ? 0xfe : ws;
+        w = bytes = 2 * c->min_window;
+    } else {
+        struct flow *f = flow_of(p, 0);
+        __u64 e = now / c->active_ns;
+        if (!f || f->ws_ours == 0xff || !(p->flags & 0x10) || f->epoch + 1 < e)
+            return;
+        /* no OWD yet (this VM's clock not yet synchronized): half the handshake's RTT */
+        __u64 ack = ack_owd(skb, d->rx_min), base = d->rx_min ? d->rx_min : ack;
+        if (!base)
+            return;
+        __u32 shift = f->ws_ours < 0xfe && f->peer_ws ? f->ws_ours : 0;
+        bytes = window_bytes(c, base, d->rx_min ? d->rx_owd : 0, ack, active(g));
+        /* never shrink: the right edge stays at or beyond the last one advertised (RFC 9293
+         * 3.8.6.2.2; a sender's retransmission beyond a shrunk edge waits for it) */
+        if (f->has_edge && (__s32)(f->edge - p->ack) > 0 && f->edge - p->ack > bytes)
+            bytes = f->edge - p->ack;
+        w = (bytes + (1 << shift) - 1) >> shift;  /* rounded up: never below the floor */
+        if (w > p->win)
+            w = p->win;
+        __u32 edge = p->ack + (w << shift);
+        if (!f->has_edge || (__s32)(edge - f->edge) > 0) {
+            f->edge = edge;
+            f->has_edge = 1;
+        }
+    }
+    if (w >= p->win)
+        return;
+    __u16 nw = bpf_htons((__u16)w), ow = bpf_htons(p->win);
+    if (bpf_skb_store_bytes(skb, p->tcp_off + 14, &nw, 2, 0) ||
+        bpf_l4_csum_replace(skb, p->tcp_off + 16, ow, nw, 2))
+        return;
+    __sync_fetch_and_add(&d->clamped, 1);
+    d->window = bytes;
 }
 
 /* The policy, the packet parsed and its peer's entries; 0 when it is not TCP with a peer */
@@ -186,20 +383,37 @@ int ingress(struct __sk_buff *skb)
     struct peer *peer;
     struct cfg *c;
     struct dest *d = start(skb, 0, &p, &c, &peer);
-    if (!d || !c->synced)
+    if (!d)
+        return TC_ACT_OK;
+    __u64 now = bpf_ktime_get_ns();
+    if (c->window && c->active_ns) {
+        __u32 zero = 0;
+        struct act *g = bpf_map_lookup_elem(&act, &zero);
+        struct flow *f = (p.payload || (p.flags & 0x02)) ? flow_of(&p, 1) : 0;
+        if (f && (p.flags & 0x02))
+            f->peer_ws = wscale(skb, &p) >= 0;
+        if (f && g)
+            mark(g, f, now / c->active_ns);
+    }
+    if (!c->synced)
         return TC_ACT_OK;
     __u32 idx = peer->idx;
-    __u64 now = bpf_ktime_get_ns();
     __s64 ref = to_ref(c, now);
     __u64 transit = since(ref, p.id);
     if (p.payload) {  /* a data segment: its OWD, to echo */
+        int full = p.payload >= c->full_bytes;
         d->rx_owd = transit;
         d->rx_at = now;
         d->rx_fresh = 1;
+        d->rx_full = full;
+        if (full && transit && (!d->rx_min || transit < d->rx_min))
+            d->rx_min = transit;
         __sync_fetch_and_add(&d->rx_samples, 1);
     }
     if (!(p.flags & 0x20) && p.urg && peer->synced && transit <= c->max_transit_ns) {
-        __u64 owd = (__u64)p.urg << UNIT_SHIFT;
+        __u64 owd = (__u64)(p.urg & ECHO_MASK) << UNIT_SHIFT;
+        if ((p.urg & ECHO_FULL) && (!d->fb_min || owd < d->fb_min))
+            d->fb_min = owd;
         __sync_fetch_and_add(&d->fb_samples, 1);
         count(idx, 0, owd);
         count(idx, 1, transit);
@@ -259,6 +473,8 @@ int egress(struct __sk_buff *skb)
         __u64 from = d->next_ns > now ? d->next_ns : now;
         d->next_ns = from + (__u64)skb->len * c->ps_per_byte / 1000;
     }
+    if (c->window && c->ps_per_byte && c->active_ns)
+        clamp(skb, c, d, &p, now);
     if (!c->synced)
         return TC_ACT_OK;
     __u16 id = bpf_htons(stamp(to_ref(c, now)));
@@ -269,7 +485,8 @@ int egress(struct __sk_buff *skb)
     __sync_fetch_and_add(&d->stamped, 1);
     if (d->rx_fresh && !(p.flags & 0x20) && now - d->rx_at <= c->max_transit_ns) {
         __u64 units = d->rx_owd >> UNIT_SHIFT;
-        __u16 urg = bpf_htons(units == 0 ? 1 : units > 0xffff ? 0xffff : (__u16)units);
+        units = units == 0 ? 1 : units > ECHO_MASK ? ECHO_MASK : units;
+        __u16 urg = bpf_htons((__u16)units | (d->rx_full ? ECHO_FULL : 0));
         __u16 old_urg = bpf_htons(p.urg);
         if (bpf_skb_store_bytes(skb, p.tcp_off + 18, &urg, 2, 0) ||
             bpf_l4_csum_replace(skb, p.tcp_off + 16, old_urg, urg, 2))

@@ -2,6 +2,8 @@
 """
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from contracts.base import Model
@@ -63,6 +65,13 @@ class PacerSection(Model):
                             "(agents/bpfpacer.py)")
     quantum_us: float = Field(0.0, description="bpf: holds rounded up to a multiple of this, "
                                                "us (0: not)")
+    threshold_from: Literal["base", "zero"] = Field(
+        "zero", description="bpf: T counts from each destination's base OWD or from 0 (absent "
+                            "before it existed: zero)")
+    window_clamp: bool = Field(False, description="bpf: receivers clamp their advertised "
+                                                  "windows (absent before it existed: False)")
+    window_queue: int = Field(2, description="bpf, window clamp: packets of the bottleneck's "
+                                             "queue the clamped senders may fill together")
     reports: dict[str, PacerReport] = Field(description="by VM: its last PacerReport "
                                                         "(agents/API.md)")
 
