@@ -77,18 +77,19 @@ $(STAMP): pyproject.toml
 lab: setup
 	$(BIN)/nslab run $(SCENARIO)
 
-# the docs site (mkdocs.yml, docs/), warnings and broken links failing it; then unit tests on two
-# workers (pytest-xdist: 2.0 against 4.1 min on 2 cores), then the labs one at a time (with the
+# the docs site (mkdocs.yml, docs/), warnings and broken links failing it; then unit tests on three
+# workers (pytest-xdist; the TUI's tests wait on their pilots, so a third worker beside two
+# cores gains about a fifth), then the labs one at a time (with the
 # wheel installed in a fresh venv outside the checkout: tests/integration/test_wheel.py)
 test: setup docs
-	$(BIN)/python -m pytest -q -ra -n 2 tests/unit
+	$(BIN)/python -m pytest -q -ra -n 3 tests/unit
 	$(BIN)/python -m pytest -q -ra tests/integration
 
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -q -d build/site
 
 unit: setup
-	$(BIN)/python -m pytest -q -ra -n 2 tests/unit
+	$(BIN)/python -m pytest -q -ra -n 3 tests/unit
 
 integration: setup
 	$(BIN)/python -m pytest -q -ra tests/integration
