@@ -36,6 +36,16 @@ def add_parser(sub) -> None:
                    "(e.g. vm1,leaf1-spine1; default: every VM)")
     p.add_argument("--pcap-filter", metavar="EXPR", help="with --pcap: a tcpdump capture filter, "
                    "e.g. 'udp port 7701' (the agents' probes)")
+    add_server_args(p)
+    p.add_argument("--check", action="store_true",
+                   help="only validate the scenario (no root needed): every problem, one line "
+                        "each with its file, line and field; build nothing")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=main)
+
+
+def add_server_args(p) -> None:
+    """``--servers LIST`` and ``--ssh-option ARG`` (``nslab run``, ``nslab up``)."""
     p.add_argument("--servers", metavar="LIST", type=servers_arg,
                    help="split the lab across servers (docs/multi-server.md), replacing the "
                    "scenario's servers: comma-separated, first this machine's address on the "
@@ -45,11 +55,20 @@ def add_parser(sub) -> None:
     p.add_argument("--ssh-option", metavar="ARG", action="append", default=[],
                    help="with --servers or the scenario's servers: an extra ssh argument for "
                    "every remote server, repeatable (e.g. --ssh-option=-i --ssh-option=KEY)")
-    p.add_argument("--check", action="store_true",
-                   help="only validate the scenario (no root needed): every problem, one line "
-                        "each with its file, line and field; build nothing")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=main)
+
+
+def with_servers(sc, topo, args, command: str):
+    """The scenario with ``--servers`` in place of its servers, or None after printing why
+    the topology cannot be split across them (``topo.split.SplitError``)."""
+    if not args.servers:
+        return sc
+    sc = sc.model_copy(update={"servers": args.servers})
+    try:
+        split(topo, [s.server() for s in sc.servers], sc.server_placement)
+    except SplitError as e:
+        print(f"nslab {command}: --servers: {e}", file=sys.stderr)
+        return None
+    return sc
 
 
 def servers_arg(text: str) -> list[ServerSpec]:
@@ -80,13 +99,9 @@ def main(args) -> int:
             print("nslab run: --repeat must be >= 1", file=sys.stderr)
             return 2
         sc = sc.model_copy(update={"repeat": args.repeat})
-    if args.servers:
-        sc = sc.model_copy(update={"servers": args.servers})
-        try:
-            split(topo, [s.server() for s in sc.servers], sc.server_placement)
-        except SplitError as e:
-            print(f"nslab run: --servers: {e}", file=sys.stderr)
-            return 2
+    sc = with_servers(sc, topo, args, "run")
+    if sc is None:
+        return 2
     if args.check:
         print(f"{resolve(args.scenario)}: valid ({len(topo.hosts())} VMs, "
               f"{len(topo.links())} links, {len(sc.faults)} faults)")

@@ -52,3 +52,24 @@ def test_schema_report_covers_every_line_an_agent_or_pacer_sends(monkeypatch, ca
     for model in (Hello, Report, PacerReport):
         assert doc["$defs"][model.__name__]["properties"].keys() == \
             model.model_json_schema()["properties"].keys()
+
+
+def test_up_splits_the_lab_across_the_servers_given(monkeypatch, capsys):
+    import cli.up
+
+    built = {}
+
+    def make_lab(sc, topo, name, progress, ssh_options):
+        built.update(servers=[s.address for s in sc.servers], ssh=list(ssh_options))
+        raise RuntimeError("not built in a unit test")
+
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(cli.up, "make_lab", make_lab)
+    with pytest.raises(RuntimeError, match="not built"):
+        main(["up", "quickstart", "--servers", "10.0.0.1,admin@10.0.0.2",
+              "--ssh-option=-i", "--ssh-option=KEY"])
+    assert built == {"servers": ["10.0.0.1", "10.0.0.2"], "ssh": ["-i", "KEY"]}
+    with pytest.raises(SystemExit) as e:
+        main(["up", "quickstart", "--servers", "10.0.0.1"])
+    assert e.value.code == 2
+    assert "at least one other server" in capsys.readouterr().err
