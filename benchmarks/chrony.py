@@ -23,7 +23,7 @@ import argparse
 import time
 
 from clock_daemons import after  # benchmarks/ is on sys.path
-from record import record
+from record import fmt, record, show
 
 from session.load import Flow
 from session.scenario import load
@@ -132,15 +132,15 @@ def main() -> None:
         for est, m in s["medians"].items():
             r = s["agent_p99_over"].get(est)
             ci = m["p99"]["ci"]
-            rows.append({"case": case, "estimator": est, "p50 us": _f(m["p50"]["median"]),
-                         "p99 us": _f(m["p99"]["median"]),
-                         "p99 95 % interval": f"[{_f(ci[0])}, {_f(ci[1])}]",
+            rows.append({"case": case, "estimator": est, "p50 us": fmt(m["p50"]["median"]),
+                         "p99 us": fmt(m["p99"]["median"]),
+                         "p99 95 % interval": f"[{fmt(ci[0])}, {fmt(ci[1])}]",
                          "agent p99 / this (Welch)":
-                             f"{_f(r['ratio'])} [{_f(r['ci'][0])}, {_f(r['ci'][1])}] "
+                             f"{fmt(r['ratio'])} [{fmt(r['ci'][0])}, {fmt(r['ci'][1])}] "
                              f"({r['verdict']})" if r else "",
                          "paired (run by run)":
-                             f"{_f(r['paired'])} [{_f(r['paired_ci'][0])}, "
-                             f"{_f(r['paired_ci'][1])}] ({r['paired_verdict']})" if r else ""})
+                             f"{fmt(r['paired'])} [{fmt(r['paired_ci'][0])}, "
+                             f"{fmt(r['paired_ci'][1])}] ({r['paired_verdict']})" if r else ""})
     saturated = sum(s["saturated"] for s in summary.values())
     path = record("chrony", "chrony against the agent on the chrony scenario, idle, under a "
                   "TCP flow into the NTP server's VM and under incast into it (medians of the "
@@ -151,14 +151,7 @@ def main() -> None:
                   "fidelity). chrony: its clients' clocks against the server's; agent and "
                   "NTP-style: their estimates against the truth.",
                   data={"args": vars(args), "runs": runs, "summary": summary})
-    print(" | ".join(cols))
-    for row in rows:
-        print(" | ".join(str(row[c]) for c in cols))
-    print(f"wrote {path}")
-
-
-def _f(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3g}"
+    show(cols, rows, path)
 
 
 if __name__ == "__main__":

@@ -83,6 +83,26 @@ def test_a_clock_changed_behind_the_queue_is_recovered_through_the_network(chang
     assert sum(len(h.vms) < 6 for h in st.history) <= 1, [sorted(h.vms) for h in st.history]
 
 
+def test_a_vm_that_only_queued_unanchored_pairs_reach_is_left_out():
+    # from 6 s on, every probe into vm5 waits 600 us and every one out of it 300 us, for
+    # 40 s: neither direction is free, so no pair of vm5's is anchored. After 16 s the queue
+    # is within the 8 windows of the VM rule's floor (vms_queued stops), but the pairs' floor
+    # over 64 windows still shows it: vm5 is left out rather than given half the queues'
+    # difference (150 us) as its offset
+    specs = _three_hosts()
+    queue = {(v, "vm5"): 600_000 for v in specs if v != "vm5"}
+    queue |= {("vm5", v): 300_000 for v in specs if v != "vm5"}
+    coord = Coordinator(window_s=2.0)
+    simulate(coord, specs, 6)
+    simulate(coord, specs, 40, hello=False, start_s=6, seed=2, standing_ns=queue)
+    st = coord.state()
+    late = [h for h in st.history if h.t_ns - T0_NS > 26 * S]
+    assert len(late) >= 8
+    assert all("vm5" not in h.vms and len(h.vms) == 5 for h in late), [sorted(h.vms) for h in late]
+    assert st.counters["vms_behind_queues"] >= 8, st.counters
+    assert max(e[0] for e in errors(st, specs)[1:]) < 1_000
+
+
 def _pair(q_rev, clock=lambda t: 0.0, seed=0, n=40, d_ns=20_000):
     """One pair's probes over a 2 s window from T0_NS (A's clock is the truth, B's reads
     ``THETA_NS + clock(s)`` more, s true seconds from T0_NS): A -> B free, B -> A behind a
