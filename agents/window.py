@@ -19,8 +19,10 @@ whole window, not one per pair.
    without such pairs. A VM two thirds of whose pairs with a floor (``RttFloors``: the
    pair's least minimum round trip over the last ``FLOOR_WINDOWS`` windows) stand
    ``QUEUED_NS`` above it, not anchored, is left out of the window (``vms_queued``), unless
-   pairs free of the queue connect it to the reference: a queue on its own link biased all its pairs
-   alike, which the solve would take as its offset. So is a VM queued so in most parts of
+   pairs free of the queue connect it to the reference: a queue on its own link biased all
+   its pairs alike, which the solve would take as its offset. So is a VM that only pairs
+   queued for themselves and not anchored connect to the reference (``vms_behind_queues``,
+   counted in ``vms_queued`` too), and a VM queued so in most parts of
    the window (``PARTS``; ``vms_queued_part``, counted in ``vms_queued`` too): a queue that
    stood for all of it but a few probes' time leaves the window's round trips at the floor
    and still biases the fits. Every fitted pair whose VMs are both connected to the
@@ -348,7 +350,8 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
         weight_floor_ns: floor added to the fits' residuals in the solve weights, ns.
         counts: diagnostics are added here (``pairs_too_few_pure``, ``pair_fit_failures``,
             ``pairs_inconsistent``, ``ntp_fit_failures``, ``windows_without_reference``,
-            ``solve_failures``, ``vms_queued``, ``vms_queued_part``).
+            ``solve_failures``, ``vms_queued``, ``vms_queued_part``, ``vms_behind_queues``,
+            ``pairs_queued``, ``pairs_anchored``, ``pairs_left_out``).
         floors: the pairs' round-trip floors from the previous windows (``RttFloors``;
             None: no history, no VM left out as queued); this window's round trips are added.
 
@@ -371,7 +374,8 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
         floor, long_floor = floors.floors(k, vms, pa, pb, (floors.span, ANCHOR_WINDOWS))
         huygens, anchored, pair_queued = anchor(
             probes, huygens, rtt, part_rtt, long_floor,
-            lambda i, t_ns: floors.predict(k, vms, pa[i], pb[i], t_ns))
+            lambda i, t_ns: floors.predict(k, vms, pa[i], pb[i], t_ns),
+            near_ns=window_ns / PARTS)
         counts["pairs_queued"] += int(pair_queued.sum())
         counts["pairs_anchored"] += int(anchored.sum())
         floors.forget_offsets(vms, pa, pb, rtt < long_floor - ANCHOR_EXCESS_NS)
@@ -382,8 +386,14 @@ def solve_window(k: int, records: Records, ref: str, offsets_ns: dict[str, float
         if part.size:  # queued in most parts, not over the whole window
             counts["vms_queued_part"] += int(part.size)
             queued = np.union1d(queued, part)
-        if queued.size and iref >= 0:  # kept where pairs free of the queue reach ref
-            queued = queued[~_component(len(vms), iref, pa[~suspect], pb[~suspect])[queued]]
+        if iref >= 0:
+            reach = _component(len(vms), iref, pa[~suspect], pb[~suspect])
+            queued = queued[~reach[queued]]  # kept where pairs free of the queue reach ref
+            behind = np.setdiff1d(np.flatnonzero(_component(len(vms), iref, pa, pb) & ~reach),
+                                  queued)  # reached through queued, unanchored pairs alone
+            if behind.size:
+                counts["vms_behind_queues"] += int(behind.size)
+                queued = np.union1d(queued, behind)
     touch = np.isin(pa, queued) | np.isin(pb, queued)
     qa, qb, qfits = pa[touch], pb[touch], _take(huygens, touch)  # for their OWD only
     if queued.size:

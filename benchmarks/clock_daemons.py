@@ -22,7 +22,7 @@ import argparse
 import time
 
 import numpy as np
-from record import record  # benchmarks/record.py: benchmarks/ is on sys.path
+from record import fmt, record, show  # benchmarks/record.py: benchmarks/ is on sys.path
 
 from session.scenario import load
 from session.session import Session
@@ -118,11 +118,11 @@ def main() -> None:
         for est, m in s["medians"].items():
             r = s["agent_p99_over"].get(est)
             ci = m["p99"]["ci"]
-            rows.append({"case": case, "estimator": est, "p50 us": _f(m["p50"]["median"]),
-                         "p99 us": _f(m["p99"]["median"]),
-                         "p99 95 % interval": f"[{_f(ci[0])}, {_f(ci[1])}]",
-                         "converged s": _f(m["converged_s"]["median"]),
-                         "agent p99 / this": f"{_f(r['ratio'])} ({r['verdict']})" if r else ""})
+            rows.append({"case": case, "estimator": est, "p50 us": fmt(m["p50"]["median"]),
+                         "p99 us": fmt(m["p99"]["median"]),
+                         "p99 95 % interval": f"[{fmt(ci[0])}, {fmt(ci[1])}]",
+                         "converged s": fmt(m["converged_s"]["median"]),
+                         "agent p99 / this": f"{fmt(r['ratio'])} ({r['verdict']})" if r else ""})
     saturated = sum(r["rows"]["fidelity"]["saturated"] for r in runs)
     path = record("clock_daemons", "Clock daemons in VMs beside the agent, idle and under a "
                   "TCP flow into the reference (medians of the runs)", cols, rows,
@@ -131,14 +131,7 @@ def main() -> None:
                   "(results' fidelity). Daemons: their clocks against the reference's; agent "
                   "and NTP-style: their estimates against the truth.",
                   data={"args": vars(args), "runs": runs, "summary": summary})
-    print(" | ".join(cols))
-    for row in rows:
-        print(" | ".join(str(row[c]) for c in cols))
-    print(f"wrote {path}")
-
-
-def _f(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3g}"
+    show(cols, rows, path)
 
 
 if __name__ == "__main__":

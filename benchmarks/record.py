@@ -60,3 +60,16 @@ def record(name: str, title: str, columns: list[str], rows: list[dict],
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
     return path
+
+
+def show(columns: list[str], rows: list[dict], path: Path) -> None:
+    """Print a recorded table (``record``'s ``columns`` and ``rows``) and where it went."""
+    print(" | ".join(columns))
+    for row in rows:
+        print(" | ".join(str(row[c]) for c in columns))
+    print(f"wrote {path}")
+
+
+def fmt(x: float | None) -> str:
+    """A table's number: 3 significant digits, ``-`` for none."""
+    return "-" if x is None else f"{x:.3g}"

@@ -224,7 +224,8 @@ def score(samples: list[tuple[int, dict[str, tuple[float, float]]]], start_ns: i
     """``sync.chrony``: |client - server| offset (us) and frequency difference (ppm) of every
     client over the ``samples`` (true ns, {vm: (offset ns, frequency ppm)} against the server)
     taken ``spec.warmup_s`` or more after ``start_ns``, as ``offset_error_us`` and
-    ``drift_error_ppm`` (the fields of ``sync.baseline_ntp``); ``converged_s``: s after
+    ``drift_error_ppm`` (the fields of ``sync.baseline_ntp``), the offset's per client in
+    ``by_vm``; ``converged_s``: s after
     ``start_ns`` from which every sample is within ``spec.converged_us`` (None: never)."""
     kept = [errs for t, errs in samples if t >= start_ns + spec.warmup_s * 1e9]
     converged = None
@@ -233,7 +234,9 @@ def score(samples: list[tuple[int, dict[str, tuple[float, float]]]], start_ns: i
                for _, e in samples[i:]):
             converged = round((t - start_ns) / 1e9, 2)
             break
+    vms = sorted({vm for e in kept for vm in e}, key=lambda v: (len(v), v))
     return {"server": server,
             "offset_error_us": _stats([o / 1e3 for e in kept for o, _ in e.values()], 3),
+            "by_vm": {vm: _stats([e[vm][0] / 1e3 for e in kept if vm in e], 3) for vm in vms},
             "drift_error_ppm": _stats([y for e in kept for _, y in e.values()], 4),
             "converged_us": spec.converged_us, "converged_s": converged}

@@ -56,6 +56,8 @@ class ChronySync(SyncErrors):
     (``drift_error_ppm``) sampled every 0.5 s after ``chrony.warmup_s``."""
 
     server: str = Field(description="the VM serving NTP from its own clock")
+    by_vm: dict[str, Stats] = Field(default_factory=dict, description="|offset error| (us) of "
+                                    "each client alone")
     converged_us: float = Field(description="the offset bound that defines convergence, us")
     converged_s: float | None = Field(description="s after chronyd started from which every "
                                                   "client stays within converged_us; null: "

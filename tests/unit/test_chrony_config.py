@@ -23,5 +23,7 @@ def test_score_leaves_out_the_warmup_and_finds_convergence():
     out = score(samples, 0, spec, "vm1")
     assert out["offset_error_us"] == {"p50": 35.0, "p99": 50.0, "max": 50.0, "n": 12}
     assert out["drift_error_ppm"]["max"] == 0.2
+    assert out["by_vm"]["vm2"]["p99"] == 50.0 and out["by_vm"]["vm3"]["p99"] == 20.0
+    assert out["by_vm"]["vm2"]["n"] == out["by_vm"]["vm3"]["n"] == 6
     assert out["converged_s"] == 1.5 and out["server"] == "vm1"
     assert score(samples[:3], 0, spec, "vm1")["converged_s"] is None
