@@ -50,7 +50,8 @@ class Cfg(ctypes.Structure):
                 ("max_cont_ns", _u64), ("quantum_ns", _u64), ("max_transit_ns", _u64),
                 ("ps_per_byte", _u64), ("burst_ns", _u64), ("spread", _u64),
                 ("from_base", _u64), ("window", _u64), ("active_ns", _u64),
-                ("full_bytes", _u64), ("min_window", _u64), ("queue_bytes", _u64)]
+                ("full_bytes", _u64), ("min_window", _u64), ("queue_bytes", _u64),
+                ("ack_class", _u64)]
 
 
 class Peer(ctypes.Structure):

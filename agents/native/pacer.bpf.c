@@ -30,6 +30,11 @@
  * never moves left (RFC 9293 3.8.6.2.2). The sender's TCP then keeps in flight no more than the queue can
  * take: no loss, no window reduction. Flows whose handshake it did not see are left alone;
  * a SYN's window is two segments.
+ * ACK pacing (receiver side, `ack_class`): the receiver's `egress` sends its pure ACKs to the
+ * HTB class whose handle is ack_class (skb->priority), which the daemon made with a rate below
+ * the line that counts each ACK as a full segment: with one segment sent per ACK, the senders
+ * together send no faster than that rate, however many they are (the receiver's pull pacing of
+ * NDP, Handley et al., SIGCOMM 2017, with TCP's own ACKs as the pulls).
  * Clocks: bpf_ktime_get_ns (CLOCK_MONOTONIC) mapped to the synchronized (reference) clock by
  * the daemon's anchor in `cfg`: ref = ref0 + (k - k0) + (k - k0) x ppb / 1e9.
  */
@@ -54,7 +59,7 @@ struct cfg {
     __u64 threshold_ns; __u64 max_hold_ns; __u64 max_cont_ns; __u64 quantum_ns;
     __u64 max_transit_ns; __u64 ps_per_byte; __u64 burst_ns; __u64 spread;
     __u64 from_base; __u64 window; __u64 active_ns; __u64 full_bytes;
-    __u64 min_window; __u64 queue_bytes;
+    __u64 min_window; __u64 queue_bytes; __u64 ack_class;
 };
 struct peer { __u64 idx; __u64 synced; };
 struct dest {
@@ -485,6 +490,8 @@ int egress(struct __sk_buff *skb)
         return TC_ACT_OK;
     __u32 idx = peer->idx;
     __u64 now = bpf_ktime_get_ns();
+    if (c->ack_class && !p.payload && (p.flags & 0x17) == 0x10)  /* ACK alone: no SYN/FIN/RST */
+        skb->priority = c->ack_class;
     /* refuse mode: the flow's last acknowledgement sent, for hand_on */
     struct flow *f = c->pace && !c->edt ? flow_of(&p, 1) : 0;
     if (c->pace && p.payload && now < d->hold_until) {
