@@ -28,9 +28,9 @@ us), the segments whose window the receiver clamped and the pacers' CPU (fractio
 the busiest pacer); then per cell and paced arm the ratio of its median completion to CUBIC's
 and to BBR's with a 95 % bootstrap interval (scipy.stats.bootstrap) and a verdict (better,
 worse, no difference at this N), and the ratio of the p99s. The table, and every sample, go to
-``benchmarks/results/pacer.json`` with the machine and the commit (``record.py``). Goals
-(issue 29): zero drops paced up to 8 senders on 20-packet queues; incast completion p99 at
-least 2x better than CUBIC alone.
+``benchmarks/results/pacer.json`` (``pacer_requests.json`` with ``--requests`` above 1) with
+the machine and the commit (``record.py``). Goals (issue 29): zero drops paced up to 8 senders
+on 20-packet queues; incast completion p99 at least 2x better than CUBIC alone.
 """
 from __future__ import annotations
 
@@ -232,9 +232,10 @@ def main() -> None:
                       f"p99 {r['p99_ratio']:.2f}")
             print(f"{'':20s}saturated: {c['fidelity']['saturated']} "
                   f"({c['fidelity'].get('saturated_share', 0):.0%} of the cell)", flush=True)
-    record("pacer", "Incast: the pacer's kernel datapath beside its probe datapath, CUBIC and "
-           "BBR", ["senders", "queue", "arm", "median s", "95% CI", "p99 s", "drops/round",
-                   "0-drop rounds", "retrans", "reaction us"], rows,
+    record("pacer" if args.requests == 1 else "pacer_requests", "Incast: the pacer's kernel "
+           "datapath beside its probe datapath, CUBIC and BBR",
+           ["senders", "queue", "arm", "median s", "95% CI", "p99 s", "drops/round",
+            "0-drop rounds", "retrans", "reaction us"], rows,
            note="rounds interleaved in one lab per cell; drops: the lab's tc counters",
            data={"cells": [{k: v for k, v in c.items() if k != "fidelity"} | {
                "saturated": c["fidelity"]["saturated"]} for c in cells]})
