@@ -200,6 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--window-queue", type=int, default=2,
                     help="bpf, window clamp: packets (of this VM's MTU) of the bottleneck's "
                          "queue the clamped senders may fill together")
+    pc.add_argument("--ack-pace", type=float, default=0.0, metavar="FRACTION",
+                    help="bpf, pace mode: as a receiver, send pure ACKs no faster than this "
+                         "fraction of --line-mbit, each counted as one full segment (an HTB "
+                         "class as the interface's root qdisc), so that its senders together "
+                         "send no faster than that (NDP's receiver pacing with TCP's ACKs; "
+                         "docs/how-it-works/pacer-datapath.md); 0: off")
     pc.add_argument("--quantum-us", type=float, default=0.0,
                     help="bpf: holds are rounded up to a multiple of this, us (0: not)")
     pc.add_argument("--port", type=_port, default=7703, help="UDP port of the OWD probes")
@@ -321,7 +327,7 @@ def _pacer(parser: argparse.ArgumentParser, args) -> int:
                                      seed=zlib.crc32(args.name.encode())),
             datapath=args.datapath, pin_dir=args.pin_dir, hold=args.hold,
             quantum_ns=args.quantum_us * 1e3, from_base=args.threshold_from == "base",
-            window=args.window_clamp, window_queue=args.window_queue)
+            window=args.window_clamp, window_queue=args.window_queue, ack_pace=args.ack_pace)
         pacer = None
         if cfg.datapath == "bpf":
             from agents.bpfpacer import BpfPacer

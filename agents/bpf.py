@@ -50,7 +50,8 @@ class Cfg(ctypes.Structure):
                 ("max_cont_ns", _u64), ("quantum_ns", _u64), ("max_transit_ns", _u64),
                 ("ps_per_byte", _u64), ("burst_ns", _u64), ("spread", _u64),
                 ("from_base", _u64), ("window", _u64), ("active_ns", _u64),
-                ("full_bytes", _u64), ("min_window", _u64), ("queue_bytes", _u64)]
+                ("full_bytes", _u64), ("min_window", _u64), ("queue_bytes", _u64),
+                ("ack_class", _u64)]
 
 
 class Peer(ctypes.Structure):
@@ -64,7 +65,7 @@ class Dest(ctypes.Structure):
     _fields_ = [(n, _u64) for n in (
         "hold_until", "held_since", "open_until", "rx_owd", "rx_at", "rx_fresh", "rx_samples",
         "echoes", "fb_samples", "above", "holds", "held_ns", "refused", "leaked", "stamped",
-        "next_ns", "paced", "rx_full", "rx_min", "fb_min", "clamped", "window")]
+        "next_ns", "paced", "rx_full", "rx_min", "fb_min", "clamped", "window", "acks")]
 
 
 class FlowKey(ctypes.Structure):
@@ -76,11 +77,11 @@ class FlowKey(ctypes.Structure):
 
 
 class Flow(ctypes.Structure):
-    """``struct flow``: its activity epoch, window scales and the right edge of the window
-    last advertised (``pacer.bpf.c``)."""
+    """``struct flow``: its activity epoch, window scales, the right edge of the window last
+    advertised, and the acknowledgement and window of the last segment sent (``pacer.bpf.c``)."""
 
-    _fields_ = [("epoch", _u64), ("ws_ours", ctypes.c_uint32), ("peer_ws", ctypes.c_uint32),
-                ("edge", ctypes.c_uint32), ("has_edge", ctypes.c_uint32)]
+    _fields_ = [("epoch", _u64)] + [(n, ctypes.c_uint32) for n in (
+        "ws_ours", "peer_ws", "edge", "has_edge", "acked", "awnd", "has_ack", "pad")]
 
 
 class Act(ctypes.Structure):

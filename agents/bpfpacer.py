@@ -27,6 +27,13 @@ acknowledged every second segment, tens of ms apart. In ``pace`` mode the daemon
 acknowledged at once) while it runs, and restores them at exit; ``sense`` mode changes no
 route (it only stamps and measures).
 
+ACK pacing (``ack_pace``, a fraction of the line; 0: off): the interface's root qdisc becomes
+an HTB (tc-htb(8)) with a class for everything (``1:1``, unlimited) and one for this VM's pure
+ACKs (``1:2``, rate and ceil ``ack_pace`` x the line, a one-segment burst, every packet counted
+as a full segment: ``mpu``), which the datapath steers them into (``skb->priority``): as a
+receiver, its ACKs then release its senders' segments no faster than that, together, however
+many senders there are (pacer.bpf.c). Removed at exit.
+
 How the kernel holds is chosen by capability (``hold``): ``edt`` where this namespace has
 sch_fq (it becomes the interface's root qdisc: a held segment's ``skb->tstamp`` is the hold's
 end), else ``refuse`` (``pacer.bpf.c`` says how TCP keeps a refused segment); ``none`` holds
@@ -53,13 +60,15 @@ from agents.pacer import PacerBase, PacerConfig
 from contracts.messages import ClockEstimate, PacerDest
 
 __all__ = ["BpfPacer", "anchor", "bucket_bounds_ns", "interface_mtu", "kernel_monotonic_ns",
-           "quantile_ns"]
+           "pace_acks", "quantile_ns"]
 
 log = logging.getLogger("agents.bpfpacer")
 
 _SYS_CLOCK_GETTIME = {"x86_64": 228, "aarch64": 113}
 _CLOCK_MONOTONIC = 1
 _SIOCGIFMTU = 0x8921
+_ACK_CLASS = 0x10002
+"""The HTB class ``1:2`` that paces pure ACKs (``ack_pace``), as ``skb->priority``."""
 _MAX_PPB = 1_000_000
 """The largest rate difference between the kernel clock and the reference that an anchor
 takes, ppb (1000 ppm: more is a clock step between anchors, not a rate)."""
@@ -94,6 +103,35 @@ def interface_mtu(ifname: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         req = struct.pack("16si12x", ifname.encode()[:15], 0)
         return struct.unpack("16si12x", fcntl.ioctl(s.fileno(), _SIOCGIFMTU, req))[1]
+
+
+def _tc_batch(lines: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(["tc", "-batch", "-"], input="\n".join(lines) + "\n",
+                          capture_output=True, text=True)
+
+
+def pace_acks(ifname: str, rate_bit_s: float, frame: int) -> int:
+    """Make ``ifname``'s root qdisc (in place of the one there) the HTB of ACK pacing (module
+    doc): class ``1:1`` for
+    everything, ``1:2`` at ``rate_bit_s`` (at least 8 kbit/s) with a one-frame burst and every
+    packet counted as ``frame`` bytes (tc-htb(8) ``mpu``: a full segment's Ethernet frame).
+    Returns ``1:2``'s handle, for the datapath's ``ack_class`` (``skb->priority``); the
+    caller removes the root qdisc when done.
+
+    Raises:
+        BpfError: tc failed (its message); nothing is left behind.
+    """
+    rate = max(int(rate_bit_s), 8000)
+    _tc_batch([f"qdisc del dev {ifname} root"])  # whatever was there (an HTB is not replaced)
+    r = _tc_batch([f"qdisc add dev {ifname} root handle 1: htb default 1",
+                   f"class add dev {ifname} parent 1: classid 1:1 htb rate 100gbit",
+                   f"class add dev {ifname} parent 1: classid 1:2 htb rate {rate}bit ceil "
+                   f"{rate}bit burst {frame}b cburst {frame}b mpu {frame}",
+                   f"qdisc add dev {ifname} parent 1:2 pfifo limit 10000"])
+    if r.returncode != 0:
+        _tc_batch([f"qdisc del dev {ifname} root"])
+        raise BpfError(f"ack pacing: tc on {ifname} failed: {r.stderr.strip()}")
+    return _ACK_CLASS
 
 
 def anchor(k_ns: int, ref_ns: int, prev: tuple[int, int] | None) -> tuple[int, int, int]:
@@ -164,6 +202,11 @@ class BpfPacer(PacerBase):
         except BpfError:
             self.dp.close()
             raise
+        try:
+            self.ack_class = self._ack_qdisc() if cfg.mode == "pace" and cfg.ack_pace else 0
+        except BpfError:
+            self.dp.close()
+            raise
         self.routes = self._quickack() if cfg.mode == "pace" else []
         self.prev: tuple[int, int] | None = None
         self.next_sense = 0.0
@@ -194,6 +237,18 @@ class BpfPacer(PacerBase):
     def _tc_fq(self, action: str) -> subprocess.CompletedProcess:
         return subprocess.run(["tc", "qdisc", action, "dev", self.cfg.ifname, "root", "fq"],
                               capture_output=True, text=True)
+
+    def _ack_qdisc(self) -> int:
+        """``pace_acks`` on this VM's interface at ``ack_pace`` x the line (module doc).
+
+        Raises:
+            BpfError: the hold is ``edt`` (sch_fq is then the root qdisc), or tc failed.
+        """
+        if self.hold == "edt":
+            raise BpfError("ack pacing takes the interface's root qdisc, which hold edt gives "
+                           "to sch_fq: use hold refuse or none")
+        return pace_acks(self.cfg.ifname, self.cfg.line_mbit * 1e6 * self.cfg.ack_pace,
+                         self.mtu + 14)
 
     def _choose_hold(self, want: str) -> str:
         """``edt`` with sch_fq installed as the root qdisc, or ``refuse`` (module doc); ``none``
@@ -245,7 +300,8 @@ class BpfPacer(PacerBase):
                             spread=int(g.spread), from_base=int(self.cfg.from_base),
                             window=int(pace and self.cfg.window), active_ns=int(g.max_age_ns),
                             full_bytes=self.mtu - 52, min_window=self.mtu - 52,
-                            queue_bytes=self.cfg.window_queue * self.mtu))
+                            queue_bytes=self.cfg.window_queue * self.mtu,
+                            ack_class=self.ack_class))
         self._state(whys)
         self.status += f" (hold {self.hold})" if self.hold != "none" else ""
 
@@ -276,4 +332,6 @@ class BpfPacer(PacerBase):
             self._ip_route("route", "change", *line.split(), "dev", self.cfg.ifname)
         if self.hold == "edt":
             self._tc_fq("del")
+        if self.ack_class:
+            _tc_batch([f"qdisc del dev {self.cfg.ifname} root"])
 

@@ -99,6 +99,7 @@ class PacerConfig:
     from_base: bool = False
     window: bool = False
     window_queue: int = 2
+    ack_pace: float = 0.0
 
     def __post_init__(self):
         if self.mode not in ("sense", "pace"):
@@ -109,6 +110,8 @@ class PacerConfig:
             raise ValueError(f"hold must be auto, edt, refuse or none, got {self.hold!r}")
         if self.window_queue < 1:
             raise ValueError(f"window_queue must be >= 1, got {self.window_queue}")
+        if not 0 <= self.ack_pace <= 1:
+            raise ValueError(f"ack_pace must be in [0, 1], got {self.ack_pace}")
         if self.quantum_ns < 0:
             raise ValueError(f"quantum_ns must be >= 0, got {self.quantum_ns}")
         for name in ("probe_s", "sense_s", "active_s", "report_s", "poll_s", "stale_s",

@@ -4,28 +4,33 @@ N senders on leaf1 each send the same bytes over TCP (workloads.bulk) to one VM 
 once, behind its downlink's packet queue (``session.incast``: timed from the go).
 
     sudo .venv/bin/python benchmarks/pacer.py [--senders 2,4,8] [--queues 20,30,50]
-        [--rounds 3] [--arms bpf,probe,cubic,bbr] [--rate 5]
-        (arms: bpf, both, clamp, hold, probe, cubic, bbr)
+        [--rounds 3] [--requests 1] [--arms bpf,probe,cubic,bbr] [--rate 5] [--bytes 300000]
+        (arms: bpf, both, clamp, hold, ack, probe, cubic, bbr)
 
 Arms: ``bpf`` (the pacer's defaults: OWD of every data segment in the kernel and the senders'
 holds, T from 0: On-Ramp's rule, CUBIC), ``both`` (the receivers' window clamp and the holds
 with T from the base OWD), ``clamp`` (the clamp alone), ``hold`` (the holds alone, T from the
-base), ``probe`` (the pacer's UDP probes and HTB switches, CUBIC),
+base), ``ack`` (``both`` and the receivers' pure ACKs paced at 0.9 of their line, each counted
+as a full segment), ``probe`` (the pacer's UDP probes and HTB switches, CUBIC),
 ``cubic`` and ``bbr`` (no pacer at all). Each round runs every arm once, in turn; a paced
-arm's pacers start before its round (their clocks synchronized) and stop after it.
+arm's pacers start before its round (their clocks synchronized) and stop after it. A round is
+``--requests`` incasts one after the other, each a sample (a request of ``--bytes`` per
+sender: small requests and many samples make the p99 a request's, as in On-Ramp's incast
+RPCs; the default, one bulk transfer per round, is issue 10's sweep).
 
 Printed per (senders, queue, arm): completion median with its 95 % bootstrap interval and p99
-over the rounds (s), fabric and VM-link queue drops per round (the lab's tc counters, the
-truth; the coordinator's link left out: the agents' records), rounds without a drop, TCP
-retransmissions (paced arms: the pacers' sensing), holds, the reaction time of the kernel
-datapath (the receiver's echo delay p99 + the echo's transit p99, us), the segments whose
-window the receiver clamped and the pacers' CPU (fraction of a core, the busiest pacer); then
-per cell and paced arm the ratio of its median completion to CUBIC's and to BBR's with a 95 %
-bootstrap interval (scipy.stats.bootstrap) and a verdict (better, worse, no difference at this
-N), and the ratio of the p99s. The table, and every sample, go to
-``benchmarks/results/pacer.json`` with the machine and the commit (``record.py``). Goals
-(issue 29): zero drops paced up to 8 senders on 20-packet queues; incast completion p99 at
-least 2x better than CUBIC alone.
+over the samples (s), fabric and VM-link queue drops per sample (the lab's tc counters, the
+truth; the coordinator's link left out: the agents' records), samples without a drop, the
+senders' TCP retransmissions (their namespaces' RetransSegs: at least one per data segment
+lost, so drops beyond them are other packets': the agents' probes, ACKs), holds, the
+reaction time of the kernel datapath (the receiver's echo delay p99 + the echo's transit p99,
+us), the segments whose window the receiver clamped and the pacers' CPU (fraction of a core,
+the busiest pacer); then per cell and paced arm the ratio of its median completion to CUBIC's
+and to BBR's with a 95 % bootstrap interval (scipy.stats.bootstrap) and a verdict (better,
+worse, no difference at this N), and the ratio of the p99s. The table, and every sample, go to
+``benchmarks/results/pacer.json`` (``pacer_requests.json`` with ``--requests`` above 1) with
+the machine and the commit (``record.py``). Goals (issue 29): zero drops paced up to 8 senders
+on 20-packet queues; incast completion p99 at least 2x better than CUBIC alone.
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ import psutil
 from mininet.log import setLogLevel
 from scipy import stats
 
+from agents.tcpsense import parse_netstat
 from lab import Lab
 from lab.fidelity import FidelitySampler
 from session.daemons import AgentMesh, AgentsSpec, PacerSpec
@@ -53,6 +59,8 @@ ARMS = {"bpf": ({"datapath": "bpf"}, "cubic"),
         "both": ({"datapath": "bpf", "window_clamp": True, "threshold_from": "base"}, "cubic"),
         "clamp": ({"datapath": "bpf", "hold": "none", "window_clamp": True}, "cubic"),
         "hold": ({"datapath": "bpf", "threshold_from": "base"}, "cubic"),
+        "ack": ({"datapath": "bpf", "window_clamp": True, "threshold_from": "base",
+                 "ack_pace": 0.9}, "cubic"),
         "probe": ({"datapath": "probe"}, "cubic"), "cubic": (None, "cubic"),
         "bbr": (None, "bbr")}
 """arm -> (the pacer's settings over the defaults, None: no pacer; the senders' congestion
@@ -82,18 +90,31 @@ def ratio(xs: list[float], ys: list[float]) -> dict:
     return {"ratio": med, "ci": [lo, hi], "verdict": verdict}
 
 
-def one_round(lab, mesh, senders, rx, arm: str, spec: PacerSpec, nbytes: int) -> dict:
-    """One incast round of ``arm``: its pacers started (and synchronized) first if it has any."""
+def retrans_segs(vms) -> int:
+    """The VMs' TCP segments retransmitted so far (RetransSegs in each namespace)."""
+    return sum(parse_netstat(vm.cmd("cat /proc/net/snmp"))["Tcp"]["RetransSegs"] for vm in vms)
+
+
+def one_round(lab, mesh, senders, rx, arm: str, spec: PacerSpec, args) -> list[dict]:
+    """One round of ``arm``, ``args.requests`` incasts of ``args.bytes`` per sender, a sample
+    each: its pacers started (and synchronized) first if it has any."""
     update, cc = ARMS[arm]
     datapath = None if update is None else update["datapath"]
-    out = {"retrans": None, "holds": None, "react_us": None, "cpu": None, "clamped": None}
+    out = {"holds": None, "react_us": None, "cpu": None, "clamped": None}
     if datapath is not None:
         started = mesh.start_pacers(senders + [rx], "pace", spec.model_copy(update=update))
         wait_synced(mesh, [s.name for s in senders], 60.0, started)
         procs = {k: psutil.Process(p.pid) for k, p in mesh.procs.items() if k.startswith("pacer-")}
         cpu0 = {k: sum(p.cpu_times()[:2]) for k, p in procs.items()}
     t0 = time.monotonic()
-    completion, where = incast(lab, senders, rx, nbytes, cc)
+    samples = []
+    for _ in range(args.requests):
+        r0 = retrans_segs(senders)
+        completion, where = incast(lab, senders, rx, args.bytes, cc)
+        coord = {k: v for k, v in where.items() if mesh.coordinator.name in k.split("-")}
+        samples.append({"completion_s": completion,
+                        "drops": sum(where.values()) - sum(coord.values()), "where": where,
+                        "retrans": retrans_segs(senders) - r0})
     if datapath is not None:
         time.sleep(1.2)  # a report after the round
         wall = time.monotonic() - t0
@@ -105,16 +126,13 @@ def one_round(lab, mesh, senders, rx, arm: str, spec: PacerSpec, nbytes: int) ->
         back = st.pacers.get(rx.name) if st else None
         echo = max((back.dests[s.name].echo_us_p99 or 0 for s in senders
                     if back and s.name in back.dests), default=0)
-        out.update(retrans=sum(r.net.retrans_segs for r in reps),
-                   holds=sum(d.holds for d in dests),
+        out.update(holds=sum(d.holds for d in dests),
                    clamped=sum(back.dests[s.name].clamped for s in senders
                                if back and s.name in back.dests),
                    react_us=(echo + max((d.react_us_p99 or 0 for d in dests), default=0))
                    if datapath == "bpf" else max((d.react_us_p99 or 0 for d in dests),
                                                  default=0))
-    coord = {k: v for k, v in where.items() if mesh.coordinator.name in k.split("-")}
-    return {"completion_s": completion, "drops": sum(where.values()) - sum(coord.values()),
-            "where": where, **out}
+    return [x | out for x in samples]
 
 
 def cell(args, n: int, q: int) -> dict:
@@ -135,8 +153,7 @@ def cell(args, n: int, q: int) -> dict:
             senders, rx = [lab[f"vm{i}"] for i in range(1, n + 1)], lab[f"vm{per + 1}"]
             for _ in range(args.rounds):
                 for arm in args.arms:
-                    samples[arm].append(one_round(lab, mesh, senders, rx, arm, spec,
-                                                  args.bytes))
+                    samples[arm] += one_round(lab, mesh, senders, rx, arm, spec, args)
         finally:
             mesh.stop()
         return {"senders": n, "queue": q, "samples": samples, "fidelity": fid.summary()}
@@ -150,7 +167,8 @@ def summary(c: dict) -> dict:
         t = [x["completion_s"] for x in xs]
         out[arm] = {"median_s": float(np.median(t)), "ci_s": interval(t),
                     "p99_s": float(np.percentile(t, 99)), "drops": [x["drops"] for x in xs],
-                    "zero_drop_rounds": sum(x["drops"] == 0 for x in xs)}
+                    "zero_drop_rounds": sum(x["drops"] == 0 for x in xs),
+                    "retrans": [x["retrans"] for x in xs]}
     for arm in (a for a in c["samples"] if ARMS[a][0] is not None):
         xs = [x["completion_s"] for x in c["samples"][arm]]
         for base in ("cubic", "bbr"):
@@ -171,7 +189,9 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=5.0,
                     help="VM link rate, Mbit/s (T, the longest hold and the probe period are "
                          "the pacer's defaults x 20 / this: time dilation)")
-    ap.add_argument("--bytes", type=int, default=300_000, help="per sender per round")
+    ap.add_argument("--bytes", type=int, default=300_000, help="per sender per request")
+    ap.add_argument("--requests", type=int, default=1,
+                    help="incast requests per round, one after the other, a sample each")
     args = ap.parse_args()
     args.arms = args.arms.split(",")
     if unknown := set(args.arms) - set(ARMS):
@@ -179,8 +199,8 @@ def main() -> None:
     setLogLevel("error")
     cells, rows = [], []
     print(f"{'senders':>7s} {'queue':>5s} {'arm':>6s} {'median s':>8s} {'95% CI':>15s} "
-          f"{'p99 s':>6s} {'drops/round':>16s} {'0-drop':>6s} {'retrans':>7s} {'holds':>5s} "
-          f"{'react us':>8s} {'clamped':>7s} {'CPU':>5s}")
+          f"{'p99 s':>6s} {'drops/sample':>16s} {'0-drop':>6s} {'retrans/sample':>16s} "
+          f"{'holds':>5s} {'react us':>8s} {'clamped':>7s} {'CPU':>5s}")
     for n in (int(x) for x in args.senders.split(",")):
         for q in (int(x) for x in args.queues.split(",")):
             c = cell(args, n, q)
@@ -198,10 +218,11 @@ def main() -> None:
                              "median s": round(a["median_s"], 2), "95% CI": ci,
                              "p99 s": round(a["p99_s"], 2), "drops/round": a["drops"],
                              "0-drop rounds": f"{a['zero_drop_rounds']}/{len(xs)}",
+                             "retrans": a["retrans"],
                              "reaction us": med("react_us")})
                 print(f"{n:7d} {q:5d} {arm:>6s} {a['median_s']:8.2f} {ci:>15s} "
                       f"{a['p99_s']:6.2f} {str(a['drops']):>16s} "
-                      f"{a['zero_drop_rounds']:>3d}/{len(xs):<2d} {med('retrans'):>7s} "
+                      f"{a['zero_drop_rounds']:>3d}/{len(xs):<2d} {str(a['retrans']):>16s} "
                       f"{med('holds'):>5s} {med('react_us'):>8s} {med('clamped'):>7s} "
                       f"{(f'{max(cpu):.3f}' if cpu else '-'):>5s}", flush=True)
             for key in (k for k in s if "/" in k):
@@ -211,9 +232,10 @@ def main() -> None:
                       f"p99 {r['p99_ratio']:.2f}")
             print(f"{'':20s}saturated: {c['fidelity']['saturated']} "
                   f"({c['fidelity'].get('saturated_share', 0):.0%} of the cell)", flush=True)
-    record("pacer", "Incast: the pacer's kernel datapath beside its probe datapath, CUBIC and "
-           "BBR", ["senders", "queue", "arm", "median s", "95% CI", "p99 s", "drops/round",
-                   "0-drop rounds", "reaction us"], rows,
+    record("pacer" if args.requests == 1 else "pacer_requests", "Incast: the pacer's kernel "
+           "datapath beside its probe datapath, CUBIC and BBR",
+           ["senders", "queue", "arm", "median s", "95% CI", "p99 s", "drops/round",
+            "0-drop rounds", "retrans", "reaction us"], rows,
            note="rounds interleaved in one lab per cell; drops: the lab's tc counters",
            data={"cells": [{k: v for k, v in c.items() if k != "fidelity"} | {
                "saturated": c["fidelity"]["saturated"]} for c in cells]})

@@ -121,6 +121,11 @@ class PacerSpec(BaseModel):
     window_queue: int = Field(2, ge=1, description="bpf, window clamp: packets of the "
                                                    "bottleneck's queue the clamped senders "
                                                    "may fill together")
+    ack_pace: float = Field(0.0, ge=0, le=1, description="bpf: receivers send their pure "
+                                                         "ACKs no faster than this fraction "
+                                                         "of their line, each counted as a "
+                                                         "full segment (NDP's receiver "
+                                                         "pacing with TCP's ACKs); 0: off")
 
     @model_validator(mode="after")
     def _spread_needs_fresh(self) -> PacerSpec:
@@ -256,7 +261,8 @@ class AgentMesh:
                          "--hold", spec.hold, "--quantum-us", str(spec.quantum_us),
                          "--threshold-from", spec.threshold_from,
                          "--window-clamp" if spec.window_clamp else "--no-window-clamp",
-                         "--window-queue", str(spec.window_queue)]
+                         "--window-queue", str(spec.window_queue),
+                         "--ack-pace", str(spec.ack_pace)]
                         + ([pins[0], os.path.join(pins[1], vm.name)] if pins else [])
                         + ([] if spec.predict else ["--no-predict"])
                         + ([] if spec.fresh else ["--no-fresh"])

@@ -30,6 +30,11 @@
  * never moves left (RFC 9293 3.8.6.2.2). The sender's TCP then keeps in flight no more than the queue can
  * take: no loss, no window reduction. Flows whose handshake it did not see are left alone;
  * a SYN's window is two segments.
+ * ACK pacing (receiver side, `ack_class`): the receiver's `egress` sends its pure ACKs to the
+ * HTB class whose handle is ack_class (skb->priority), which the daemon made with a rate below
+ * the line that counts each ACK as a full segment: with one segment sent per ACK, the senders
+ * together send no faster than that rate, however many they are (the receiver's pull pacing of
+ * NDP, Handley et al., SIGCOMM 2017, with TCP's own ACKs as the pulls).
  * Clocks: bpf_ktime_get_ns (CLOCK_MONOTONIC) mapped to the synchronized (reference) clock by
  * the daemon's anchor in `cfg`: ref = ref0 + (k - k0) + (k - k0) x ppb / 1e9.
  */
@@ -54,7 +59,7 @@ struct cfg {
     __u64 threshold_ns; __u64 max_hold_ns; __u64 max_cont_ns; __u64 quantum_ns;
     __u64 max_transit_ns; __u64 ps_per_byte; __u64 burst_ns; __u64 spread;
     __u64 from_base; __u64 window; __u64 active_ns; __u64 full_bytes;
-    __u64 min_window; __u64 queue_bytes;
+    __u64 min_window; __u64 queue_bytes; __u64 ack_class;
 };
 struct peer { __u64 idx; __u64 synced; };
 struct dest {
@@ -62,13 +67,15 @@ struct dest {
     __u64 rx_owd, rx_at, rx_fresh;
     __u64 rx_samples, echoes, fb_samples, above, holds, held_ns, refused, leaked, stamped;
     __u64 next_ns, paced;
-    __u64 rx_full, rx_min, fb_min, clamped, window;
+    __u64 rx_full, rx_min, fb_min, clamped, window, acks;
 };
 /* a TCP connection with this peer, seen from its handshake: the window scale this VM
  * announced (ws_ours, 0xff: none) and whether the peer announced one too (peer_ws), the
- * activity epoch its last data segment arrived in */
+ * activity epoch its last data segment arrived in, the right edge of the window last
+ * advertised, and the acknowledgement and (unclamped) window of the last segment that left
+ * toward the peer (acked, awnd) */
 struct flow_key { __u32 peer_ip; __u16 lport, pport; };
-struct flow { __u64 epoch; __u32 ws_ours, peer_ws, edge, has_edge; };
+struct flow { __u64 epoch; __u32 ws_ours, peer_ws, edge, has_edge, acked, awnd, has_ack, pad; };
 /* flows active (a SYN or a data segment arrived) in the current epoch and in the last one
  * before it that had any */
 struct act { __u64 epoch, cur, prev; };
@@ -90,7 +97,7 @@ struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, MAX_PEERS * KINDS
     hist SEC(".maps");
 
 struct pkt { __u32 ip_off, tcp_off, peer_ip, payload, doff, ack;
-             __u16 id, urg, win, lport, pport; __u8 flags; };
+             __u16 id, urg, win, lport, pport; __u8 flags, off; };
 
 /* IPv4 TCP to or from a peer: the offsets, the peer's address (network order), the payload
  * length; 0 when not such a packet. */
@@ -116,6 +123,7 @@ static __always_inline int parse(struct __sk_buff *skb, struct pkt *p, int egres
     p->id = ((__u16)ip[4] << 8) | ip[5];
     p->urg = ((__u16)th[18] << 8) | th[19];
     p->flags = th[13];
+    p->off = th[12];
     p->doff = doff;
     p->win = ((__u16)th[14] << 8) | th[15];
     p->ack = ((__u32)th[8] << 24) | ((__u32)th[9] << 16) | ((__u32)th[10] << 8) | th[11];
@@ -442,6 +450,35 @@ static __always_inline int must_pass(struct __sk_buff *skb, const struct pkt *p)
     return (__s32)(bpf_ntohl(seq) - tp->snd_nxt) < 0;
 }
 
+/* A segment about to be refused carries an acknowledgement (or a wider window) the peer has
+ * not been sent: TCP counted it as sent when it built the segment (tcp_event_ack_sent, before
+ * the qdisc), so it would send no other, and two VMs held toward each other would each wait
+ * for the other's acknowledgement until a retransmission timeout. Send it on: the segment cut
+ * to its headers (a pure ACK at snd_nxt, FIN and PSH cleared), a clone of it out of this
+ * interface (this program sees it again: no payload, it passes); the caller then refuses the
+ * segment itself. TCP builds its segments CHECKSUM_PARTIAL: the checksum field holds the
+ * pseudo-header's sum, which the new length changes. */
+static __always_inline void hand_on(struct __sk_buff *skb, const struct pkt *p,
+                                    const struct flow *f, struct dest *d)
+{
+    if (!(p->flags & 0x10) || (f && f->has_ack && f->acked == p->ack && p->win <= f->awnd))
+        return;
+    __u32 ihl = p->tcp_off - p->ip_off;
+    __u16 old_tot = bpf_htons(ihl + p->doff + p->payload), new_tot = bpf_htons(ihl + p->doff);
+    __u16 old_len = bpf_htons(p->doff + p->payload), new_len = bpf_htons(p->doff);
+    __u16 old_fl = bpf_htons(((__u16)p->off << 8) | p->flags);
+    __u16 new_fl = bpf_htons(((__u16)p->off << 8) | (p->flags & ~0x09));
+    if (bpf_skb_change_tail(skb, p->tcp_off + p->doff, 0) ||
+        bpf_skb_store_bytes(skb, p->ip_off + 2, &new_tot, 2, 0) ||
+        bpf_l3_csum_replace(skb, p->ip_off + 10, old_tot, new_tot, 2) ||
+        bpf_l4_csum_replace(skb, p->tcp_off + 16, old_len, new_len, BPF_F_PSEUDO_HDR | 2) ||
+        bpf_skb_store_bytes(skb, p->tcp_off + 12, &new_fl, 2, 0) ||
+        bpf_l4_csum_replace(skb, p->tcp_off + 16, old_fl, new_fl, 2) ||
+        bpf_clone_redirect(skb, skb->ifindex, 0))
+        return;
+    __sync_fetch_and_add(&d->acks, 1);
+}
+
 SEC("tc")
 int egress(struct __sk_buff *skb)
 {
@@ -453,6 +490,10 @@ int egress(struct __sk_buff *skb)
         return TC_ACT_OK;
     __u32 idx = peer->idx;
     __u64 now = bpf_ktime_get_ns();
+    if (c->ack_class && !p.payload && (p.flags & 0x17) == 0x10)  /* ACK alone: no SYN/FIN/RST */
+        skb->priority = c->ack_class;
+    /* refuse mode: the flow's last acknowledgement sent, for hand_on */
+    struct flow *f = c->pace && !c->edt ? flow_of(&p, 1) : 0;
     if (c->pace && p.payload && now < d->hold_until) {
         if (c->edt) {
             if (skb->tstamp < d->hold_until)
@@ -461,6 +502,7 @@ int egress(struct __sk_buff *skb)
             __sync_fetch_and_add(&d->leaked, 1);
         } else {
             __sync_fetch_and_add(&d->refused, 1);
+            hand_on(skb, &p, f, d);
             return TC_ACT_SHOT;
         }
     } else if (c->pace && p.payload && !c->edt && c->ps_per_byte) {
@@ -468,10 +510,16 @@ int egress(struct __sk_buff *skb)
          * hold reaches it, not in the vNIC's queue, where it does not */
         if (now + c->burst_ns < d->next_ns && !must_pass(skb, &p)) {
             __sync_fetch_and_add(&d->paced, 1);
+            hand_on(skb, &p, f, d);
             return TC_ACT_SHOT;
         }
         __u64 from = d->next_ns > now ? d->next_ns : now;
         d->next_ns = from + (__u64)skb->len * c->ps_per_byte / 1000;
+    }
+    if (f && (p.flags & 0x10)) {
+        f->acked = p.ack;
+        f->awnd = p.win;
+        f->has_ack = 1;
     }
     if (c->window && c->ps_per_byte && c->active_ns)
         clamp(skb, c, d, &p, now);

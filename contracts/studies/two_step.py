@@ -72,6 +72,9 @@ class PacerSection(Model):
                                                   "windows (absent before it existed: False)")
     window_queue: int = Field(2, description="bpf, window clamp: packets of the bottleneck's "
                                              "queue the clamped senders may fill together")
+    ack_pace: float = Field(0.0, description="bpf: receivers' pure ACKs paced at this "
+                                             "fraction of their line (0: off; absent before "
+                                             "it existed: 0)")
     reports: dict[str, PacerReport] = Field(description="by VM: its last PacerReport "
                                                         "(agents/API.md)")
 
