@@ -13,6 +13,8 @@ import sys
 import threading
 import zlib
 
+from agents import pacer_defaults as PD
+
 __all__ = ["main"]
 
 log = logging.getLogger("agents")
@@ -174,66 +176,65 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the coordinator's report listener HOST:PORT")
     pc.add_argument("--api", required=True, type=_hostport,
                     help="the coordinator's HTTP API HOST:PORT")
-    pc.add_argument("--mode", choices=["sense", "pace"], default="pace",
+    pc.add_argument("--mode", choices=["sense", "pace"], default=PD.MODE,
                     help="sense: measure only; pace: also hold destinations above T")
-    pc.add_argument("--datapath", choices=["bpf", "probe"], default="bpf",
+    pc.add_argument("--datapath", choices=["bpf", "probe"], default=PD.DATAPATH,
                     help="bpf: sense and hold in the kernel; probe: UDP probes and HTB switches "
                          "from user space")
-    pc.add_argument("--pin-dir", default="/sys/fs/bpf/nslab-pacer",
+    pc.add_argument("--pin-dir", default=PD.PIN_DIR,
                     help="bpf: where the datapath's maps are pinned (a directory on a bpffs; "
                          "removed at exit)")
-    pc.add_argument("--hold", choices=["auto", "edt", "refuse", "none"], default="auto",
+    pc.add_argument("--hold", choices=["auto", "edt", "refuse", "none"], default=PD.HOLD,
                     help="bpf: how a destination is held: edt (skb->tstamp with sch_fq as the "
                          "root qdisc), refuse (TCP keeps the segment unsent), auto: edt where "
                          "this kernel has sch_fq, none: no hold (the receivers' window clamp "
                          "alone, with --window-clamp)")
-    pc.add_argument("--threshold-from", choices=["base", "zero"], default="zero",
+    pc.add_argument("--threshold-from", choices=["base", "zero"], default=PD.THRESHOLD_FROM,
                     help="bpf: T counts from each destination's base OWD (the smallest OWD of "
                          "its full-size data segments echoed here) or from 0 (On-Ramp as "
                          "published)")
-    pc.add_argument("--window-clamp", action=argparse.BooleanOptionalAction, default=False,
+    pc.add_argument("--window-clamp", action=argparse.BooleanOptionalAction,
+                    default=PD.WINDOW_CLAMP,
                     help="bpf, pace mode: as a receiver, clamp the window advertised to each "
                          "sender so that the active senders' windows sum to the line's bytes "
                          "in the base RTT plus --window-queue packets, cut while the queueing "
                          "delay exceeds that queue's (ICTCP's idea, our rule from the measured "
                          "OWD; docs/how-it-works/pacer-datapath.md)")
-    pc.add_argument("--window-queue", type=int, default=2,
+    pc.add_argument("--window-queue", type=int, default=PD.WINDOW_QUEUE,
                     help="bpf, window clamp: packets (of this VM's MTU) of the bottleneck's "
                          "queue the clamped senders may fill together")
-    pc.add_argument("--ack-pace", type=float, default=0.0, metavar="FRACTION",
+    pc.add_argument("--ack-pace", type=float, default=PD.ACK_PACE, metavar="FRACTION",
                     help="bpf, pace mode: as a receiver, send pure ACKs no faster than this "
                          "fraction of --line-mbit, each counted as one full segment (an HTB "
                          "class as the interface's root qdisc), so that its senders together "
                          "send no faster than that (NDP's receiver pacing with TCP's ACKs; "
                          "docs/how-it-works/pacer-datapath.md); 0: off")
-    pc.add_argument("--quantum-us", type=float, default=0.0,
+    pc.add_argument("--quantum-us", type=float, default=PD.QUANTUM_US,
                     help="bpf: holds are rounded up to a multiple of this, us (0: not)")
-    pc.add_argument("--port", type=_port, default=7703, help="UDP port of the OWD probes")
-    pc.add_argument("--line-mbit", type=_positive, default=10_000.0,
+    pc.add_argument("--port", type=_port, default=PD.PORT, help="UDP port of the OWD probes")
+    pc.add_argument("--line-mbit", type=_positive, default=PD.LINE_MBIT,
                     help="the vNIC's rate, Mbit/s: released traffic leaves at it")
-    pc.add_argument("--threshold-us", type=_positive, default=500.0,
+    pc.add_argument("--threshold-us", type=_positive, default=PD.THRESHOLD_US,
                     help="On-Ramp's T, us: above the sync error and the base OWD")
-    pc.add_argument("--max-hold-us", type=_positive, default=5000.0,
+    pc.add_argument("--max-hold-us", type=_positive, default=PD.MAX_HOLD_US,
                     help="longest single hold, us; a hold lasts at most 10 x this in one piece "
                          "(extensions included), then the destination is open for this long; "
                          "samples whose echo took over 4 x this are ignored")
-    pc.add_argument("--no-predict", action="store_true",
-                    help="On-Ramp's rule as published: hold for the sample's OWD - T, not for "
-                         "the OWD extrapolated to now (agents/gate.py)")
-    pc.add_argument("--no-fresh", action="store_true",
-                    help="On-Ramp's rule as published: a hold ends after OWD - T, not also "
-                         "waiting for a sample sent during it to come back below T, and a "
-                         "missing echo holds nothing (agents/gate.py)")
-    pc.add_argument("--spread", action="store_true",
+    pc.add_argument("--predict", action=argparse.BooleanOptionalAction, default=PD.PREDICT,
+                    help="hold for the OWD extrapolated to now; --no-predict: On-Ramp's rule as "
+                         "published, hold for the sample's OWD - T (agents/gate.py)")
+    pc.add_argument("--fresh", action=argparse.BooleanOptionalAction, default=PD.FRESH,
+                    help="a hold also lasts until a sample sent during it comes back below T, "
+                         "and a missing echo holds; --no-fresh: On-Ramp's rule as published, "
+                         "a hold ends after OWD - T (agents/gate.py)")
+    pc.add_argument("--spread", action=argparse.BooleanOptionalAction, default=PD.SPREAD,
                     help="release a fresh hold a draw in [0, the hold's largest OWD - T) later, "
                          "not at once, so that senders held together release apart (the draws "
-                         "are seeded by --name; measured: rounds 4-11 %% longer, fewer drops "
-                         "not shown; "
-                         "agents/gate.py)")
-    pc.add_argument("--probe-us", type=_positive, default=500.0,
+                         "are seeded by --name; agents/gate.py)")
+    pc.add_argument("--probe-us", type=_positive, default=PD.PROBE_US,
                     help="OWD probe period per active destination, us (while at most 2 "
                          "probes to it are unanswered; then one per echo age limit)")
-    pc.add_argument("--active-s", type=_positive, default=1.0,
+    pc.add_argument("--active-s", type=_positive, default=PD.ACTIVE_S,
                     help="a destination is probed this long after it last had TCP data in "
                          "flight or this VM sent it a SYN, s")
     return p
@@ -322,7 +323,7 @@ def _pacer(parser: argparse.ArgumentParser, args) -> int:
             coordinator=args.coordinator, api=args.api, mode=args.mode, port=args.port,
             line_mbit=args.line_mbit, probe_s=args.probe_us / 1e6, active_s=args.active_s,
             gate=GateConfig.for_hold(args.threshold_us * 1e3, args.max_hold_us * 1e3,
-                                     predict=not args.no_predict, fresh=not args.no_fresh,
+                                     predict=args.predict, fresh=args.fresh,
                                      spread=args.spread,
                                      seed=zlib.crc32(args.name.encode())),
             datapath=args.datapath, pin_dir=args.pin_dir, hold=args.hold,

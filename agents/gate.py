@@ -68,6 +68,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agents import pacer_defaults as D
+
 __all__ = ["Decision", "Gate", "GateConfig"]
 
 
@@ -100,14 +102,14 @@ class GateConfig:
         ValueError: a parameter out of range.
     """
 
-    threshold_ns: float = 500_000.0
-    max_hold_ns: float = 5_000_000.0
+    threshold_ns: float = D.THRESHOLD_US * 1e3
+    max_hold_ns: float = D.MAX_HOLD_US * 1e3
     max_age_ns: float = 20_000_000.0
     max_continuous_ns: float = 50_000_000.0
-    predict: bool = True
+    predict: bool = D.PREDICT
     max_slope: float = 8.0
-    fresh: bool = True
-    spread: bool = False
+    fresh: bool = D.FRESH
+    spread: bool = D.SPREAD
     seed: int = 0
 
     @classmethod

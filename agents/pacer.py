@@ -51,6 +51,7 @@ from urllib.request import urlopen
 import numpy as np
 from pyroute2 import DiagSocket
 
+from agents import pacer_defaults as D
 from agents.agent import SO_TIMESTAMPING, ClockView
 from agents.clock import Clock
 from agents.gate import GateConfig
@@ -81,25 +82,25 @@ class PacerConfig:
     peers: dict[str, str]
     coordinator: tuple[str, int]
     api: tuple[str, int]
-    mode: str = "pace"
-    port: int = 7703
-    line_mbit: float = 10_000.0
+    mode: str = D.MODE
+    port: int = D.PORT
+    line_mbit: float = D.LINE_MBIT
     gate: GateConfig = field(default_factory=GateConfig)
-    probe_s: float = 0.0005
+    probe_s: float = D.PROBE_US / 1e6
     sense_s: float = 0.05
-    active_s: float = 1.0
+    active_s: float = D.ACTIVE_S
     report_s: float = 1.0
     poll_s: float = 1.0
     sync_sigma_ns: float | None = None
     stale_s: float = 10.0
-    datapath: str = "bpf"
-    pin_dir: str = "/sys/fs/bpf/nslab-pacer"
-    hold: str = "auto"
-    quantum_ns: float = 0.0
-    from_base: bool = False
-    window: bool = False
-    window_queue: int = 2
-    ack_pace: float = 0.0
+    datapath: str = D.DATAPATH
+    pin_dir: str = D.PIN_DIR
+    hold: str = D.HOLD
+    quantum_ns: float = D.QUANTUM_US * 1e3
+    from_base: bool = D.THRESHOLD_FROM == "base"
+    window: bool = D.WINDOW_CLAMP
+    window_queue: int = D.WINDOW_QUEUE
+    ack_pace: float = D.ACK_PACE
 
     def __post_init__(self):
         if self.mode not in ("sense", "pace"):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Literal
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agents import pacer_defaults as PD
 from agents.coordinator import DRIFT_WINDOWS
 from agents.native import PACER, PACER_BPF, PROBEIO
 from agents.probe import HEADER_LEN, TAG_LEN
@@ -77,55 +78,58 @@ class PacerSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    threshold_us: float = Field(500.0, gt=0, description="On-Ramp's T, us: above the sync "
-                                                         "error p99 and the base OWD")
-    max_hold_us: float = Field(5000.0, gt=0, description="longest single hold, us; it also "
-                               "sets how old an echo may be (4x) and the longest hold in one "
-                               "piece (10x): agents.gate.GateConfig.for_hold")
-    probe_us: float = Field(500.0, ge=100, description="probe: OWD probe period per active "
-                                                       "destination, us (while at most 2 "
-                                                       "probes are unanswered)")
-    predict: bool = Field(True, description="probe: hold for the OWD extrapolated to now "
-                                            "(False: On-Ramp's rule as published; "
-                                            "agents/gate.py)")
-    fresh: bool = Field(True, description="probe: a hold also lasts until a sample sent "
-                                          "during it comes back below T, and a probe without "
-                                          "echo for T + max_hold_us holds too (False: "
-                                          "On-Ramp's rule as published; agents/gate.py)")
-    spread: bool = Field(False, description="probe, with fresh: a release waits a draw in "
-                                            "[0, the hold's largest OWD - T), per VM, so that "
-                                            "senders held together release apart (False: at "
-                                            "once; agents/gate.py says why that is the "
-                                            "default); bpf: a hold's first length is "
-                                            "stretched by a draw in [0, itself)")
-    datapath: PacerDatapath = Field("bpf", description="bpf: OWD of every TCP data "
-                                              "segment and holds in the kernel (tc/cls_bpf on "
-                                              "the VM's interface; a kernel without BPF falls "
-                                              "back to probe, saying why); probe: UDP probes "
-                                              "and HTB switches from a user-space loop")
-    hold: PacerHold = Field("auto", description="bpf: edt (sch_fq) "
-                                                   "or refuse (TCP keeps a held segment "
-                                                   "unsent); auto: edt where the kernel has "
-                                                   "sch_fq (nslab doctor: pacer_datapath); "
-                                                   "none: no hold (the window clamp alone)")
-    quantum_us: float = Field(0.0, ge=0, description="bpf: holds rounded up to a multiple "
-                                                     "of this, us (0: not)")
+    threshold_us: float = Field(
+        PD.THRESHOLD_US, gt=0, description="On-Ramp's T, us: above the sync error p99 and the "
+                                           "base OWD")
+    max_hold_us: float = Field(
+        PD.MAX_HOLD_US, gt=0, description="longest single hold, us; it also sets how old an "
+                                          "echo may be (4x) and the longest hold in one piece "
+                                          "(10x): agents.gate.GateConfig.for_hold")
+    probe_us: float = Field(
+        PD.PROBE_US, ge=100, description="probe: OWD probe period per active destination, us "
+                                         "(while at most 2 probes are unanswered)")
+    predict: bool = Field(
+        PD.PREDICT, description="probe: hold for the OWD extrapolated to now (False: "
+                                "On-Ramp's rule as published; agents/gate.py)")
+    fresh: bool = Field(
+        PD.FRESH, description="probe: a hold also lasts until a sample sent during it comes "
+                              "back below T, and a probe without echo for T + max_hold_us "
+                              "holds too (False: On-Ramp's rule as published; agents/gate.py)")
+    spread: bool = Field(
+        PD.SPREAD, description="probe, with fresh: a release waits a draw in [0, the hold's "
+                               "largest OWD - T), per VM, so that senders held together "
+                               "release apart (False: at once; agents/gate.py says why that "
+                               "is the default); bpf: a hold's first length is stretched by a "
+                               "draw in [0, itself)")
+    datapath: PacerDatapath = Field(
+        PD.DATAPATH, description="bpf: OWD of every TCP data segment and holds in the kernel "
+                                 "(tc/cls_bpf on the VM's interface; a kernel without BPF "
+                                 "falls back to probe, saying why); probe: UDP probes and HTB "
+                                 "switches from a user-space loop")
+    hold: PacerHold = Field(
+        PD.HOLD, description="bpf: edt (sch_fq) or refuse (TCP keeps a held segment unsent); "
+                             "auto: edt where the kernel has sch_fq (nslab doctor: "
+                             "pacer_datapath); none: no hold (the window clamp alone)")
+    quantum_us: float = Field(
+        PD.QUANTUM_US, ge=0, description="bpf: holds rounded up to a multiple of this, us "
+                                         "(0: not)")
     threshold_from: Literal["base", "zero"] = Field(
-        "zero", description="bpf: T counts from each destination's base OWD (its full-size "
-                            "segments' smallest) or from 0 (On-Ramp as published)")
-    window_clamp: bool = Field(False, description="bpf: receivers clamp the window they "
-                                                 "advertise so that their active senders' "
-                                                 "windows sum to the line's bytes in the base "
-                                                 "RTT plus window_queue packets (ICTCP's idea, "
-                                                 "our rule from the measured OWD)")
-    window_queue: int = Field(2, ge=1, description="bpf, window clamp: packets of the "
-                                                   "bottleneck's queue the clamped senders "
-                                                   "may fill together")
-    ack_pace: float = Field(0.0, ge=0, le=1, description="bpf: receivers send their pure "
-                                                         "ACKs no faster than this fraction "
-                                                         "of their line, each counted as a "
-                                                         "full segment (NDP's receiver "
-                                                         "pacing with TCP's ACKs); 0: off")
+        PD.THRESHOLD_FROM, description="bpf: T counts from each destination's base OWD (its "
+                                       "full-size segments' smallest) or from 0 (On-Ramp as "
+                                       "published)")
+    window_clamp: bool = Field(
+        PD.WINDOW_CLAMP, description="bpf: receivers clamp the window they advertise so that "
+                                     "their active senders' windows sum to the line's bytes "
+                                     "in the base RTT plus window_queue packets (ICTCP's "
+                                     "idea, our rule from the measured OWD)")
+    window_queue: int = Field(
+        PD.WINDOW_QUEUE, ge=1, description="bpf, window clamp: packets of the bottleneck's "
+                                           "queue the clamped senders may fill together")
+    ack_pace: float = Field(
+        PD.ACK_PACE, ge=0, le=1, description="bpf: receivers send their pure ACKs no faster "
+                                             "than this fraction of their line, each counted "
+                                             "as a full segment (NDP's receiver pacing with "
+                                             "TCP's ACKs); 0: off")
 
     @model_validator(mode="after")
     def _spread_needs_fresh(self) -> PacerSpec:
@@ -264,9 +268,9 @@ class AgentMesh:
                          "--window-queue", str(spec.window_queue),
                          "--ack-pace", str(spec.ack_pace)]
                         + ([pins[0], os.path.join(pins[1], vm.name)] if pins else [])
-                        + ([] if spec.predict else ["--no-predict"])
-                        + ([] if spec.fresh else ["--no-fresh"])
-                        + (["--spread"] if spec.spread else []))
+                        + ["--predict" if spec.predict else "--no-predict",
+                           "--fresh" if spec.fresh else "--no-fresh",
+                           "--spread" if spec.spread else "--no-spread"])
         return started
 
     def stop_pacers(self) -> None:
