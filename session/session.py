@@ -247,6 +247,7 @@ class Session:
             self.progress(f"starting agents in {len(self.lab.vms)} VMs")
             self.mesh = AgentMesh(self.lab, self.sc.agents)
             self.mesh.start()
+            self.mesh.wait_agents(10.0)
             self.watcher = Watcher(self.lab, self.mesh)
             self.watcher.start()
             self.lab.stamp("agents_up", f"{len(self.lab.vms)} VMs")
