@@ -56,13 +56,22 @@ def _port(text: str) -> int:
     return p
 
 
-def _positive(text: str) -> float:
+def _number(text: str) -> float:
     try:
-        x = float(text)
+        return float(text)
     except ValueError:
-        x = float("nan")
-    if not x > 0:
+        return float("nan")
+
+
+def _positive(text: str) -> float:
+    if not (x := _number(text)) > 0:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return x
+
+
+def _nonnegative(text: str) -> float:
+    if not (x := _number(text)) >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
     return x
 
 
@@ -106,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--port", type=_port, default=7701, help="UDP probe port of every agent")
     a.add_argument("--rate", type=_positive, default=20.0,
                    help="coded probe pairs per second per active peer")
+    a.add_argument("--burst-rate", type=_positive, default=100.0,
+                   help="coded probe pairs per second per active peer during the start-up "
+                        "burst (chrony's iburst): the pairs' round-trip floors are learnt "
+                        "before a queue stands")
+    a.add_argument("--burst", type=_nonnegative, default=1.0,
+                   help="start-up burst length, s (0: none); it adds (--burst-rate - --rate) "
+                        "x --burst pairs per active peer, once")
     a.add_argument("--key", default=None,
                    help="shared HMAC-SHA256 key in hex (>= 16 digits); every agent must "
                         "use the same one; probes without a valid tag are rejected")
@@ -270,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             key = parse_key(args.key)
             cfg = AgentConfig(name=args.name, bind=args.bind, peers=args.peers,
                               coordinator=args.coordinator, port=args.port, rate=args.rate,
+                              burst_rate=args.burst_rate, burst_s=args.burst,
                               key=key, window_s=args.window, max_peers=args.max_peers,
                               size=args.size, redraw_s=args.redraw, report_s=args.report,
                               seed=args.seed)

@@ -5,6 +5,10 @@ What it does (Huygens, Geng et al., NSDI 2018, with kernel software timestamps):
 * Every ``1 / rate`` s on average (uniform jitter +-50%, so agents never lock in phase) it
   sends a burst: a *coded pair* to each active peer (two probes back to back on one UDP
   socket), the peers in a random order.
+* Start-up burst, as chrony's ``iburst`` (chrony.conf(5)): for its first ``burst_s`` it sends
+  at ``burst_rate`` instead, so that each pair's round-trip floor (``agents.anchor``) is
+  learnt from probes sent before a queue that stands up soon after (a job's flows) and then
+  never drains. It costs ``(burst_rate - rate) x burst_s`` pairs per active peer, once.
 * Timestamps come from the kernel (``SO_TIMESTAMPING``, see Linux
   ``Documentation/networking/timestamping.rst``): software receive stamps arrive with each
   datagram (``SCM_TIMESTAMPING`` control message), software transmit stamps on the socket's
@@ -139,6 +143,8 @@ class AgentConfig:
         coordinator: ``(host, port)`` of the coordinator's report listener.
         port: UDP probe port.
         rate: coded pairs per second per active peer.
+        burst_rate: the same during the start-up burst.
+        burst_s: the start-up burst's length, s (0: none).
         key: shared HMAC key, or None.
         window_s: the estimation window, s (peers that probed us within two windows are
             probed back).
@@ -156,6 +162,8 @@ class AgentConfig:
     coordinator: tuple[str, int]
     port: int = 7701
     rate: float = 20.0
+    burst_rate: float = 100.0
+    burst_s: float = 1.0
     key: bytes | None = None
     window_s: float = 2.0
     max_peers: int = 16
@@ -176,8 +184,10 @@ class Agent:
     """
 
     def __init__(self, cfg: AgentConfig, clock: Clock | None = None):
-        if cfg.rate <= 0:
-            raise ValueError(f"rate must be > 0, got {cfg.rate}")
+        if not (cfg.rate > 0 and cfg.burst_rate > 0):
+            raise ValueError(f"rates must be > 0, got {cfg.rate} and {cfg.burst_rate}")
+        if not cfg.burst_s >= 0:
+            raise ValueError(f"burst_s must be >= 0, got {cfg.burst_s}")
         if cfg.max_peers < 1:
             raise ValueError(f"max_peers must be >= 1, got {cfg.max_peers}")
         self.cfg = cfg
@@ -201,12 +211,14 @@ class Agent:
             self.io = ProbeIO(self.sock, node_id(cfg.name),
                               [(i, ip) for i, (_, ip) in ids.items()], cfg.port, self.size,
                               cfg.key, self.started_ns // 1000, self.rng.getrandbits(32),
-                              cfg.rate, self.rng.getrandbits(64),
+                              cfg.burst_rate if cfg.burst_s else cfg.rate,
+                              self.rng.getrandbits(64),
                               self.clock.convert if self.clock.path else None)
         except BaseException:
             self.sock.close()
             raise
         self.last_rx: dict[str, float] = {}
+        self.burst_end: float | None = None  # monotonic s; None: not started, or over
         self.chosen: list[str] = []
         self.next_redraw = 0.0
         self.records = RecordBuffer(cfg.max_records)
@@ -252,7 +264,7 @@ class Agent:
             self._redraw(now)
         names, index = self.names, self.index
         self.io.active(sorted(index[p] for p in self.active_peers(now)))
-        data, heard = self.io.run(self.cfg.report_s)
+        data, heard = self.io.run(self._span(now))
         t_ns = self.clock.now_ns()
         now = time.monotonic()
         for k in heard:
@@ -260,6 +272,18 @@ class Agent:
         self.records.add(data)
         self.collected_ns = t_ns
         self.reporter.due.set()
+
+    def _span(self, now: float) -> float:
+        """The compiled loop's next span, s: a report period, or what is left of the
+        start-up burst (then the steady rate from its end on)."""
+        cfg = self.cfg
+        if self.burst_end is None:
+            return cfg.report_s
+        if now < self.burst_end:
+            return min(cfg.report_s, self.burst_end - now)
+        self.io.rate(cfg.rate)
+        self.burst_end = None
+        return cfg.report_s
 
     def run(self, stop: threading.Event) -> None:
         """Probe, receive and report until ``stop`` is set; closes the socket on return.
@@ -273,6 +297,8 @@ class Agent:
         (``benchmarks/agent_cost.py``).
         """
         self.reporter.start()
+        if self.cfg.burst_s:
+            self.burst_end = time.monotonic() + self.cfg.burst_s
         try:
             while not stop.is_set():
                 try:

@@ -40,8 +40,10 @@ solve's (``RttFloors.trust``): each pair's clock as the difference of its VMs' e
 that a pair whose prediction failed (a clock step, a daemon's slew) is set right through its
 VMs' pairs free of the queue.
 
-Limits: the first floor needs the path free once (a queue standing from the agents' start is
-its floor, and half its least depth stays in the offsets, as in chrony's register); a path
+Limits: the first floor needs the path free once (the agents' start-up burst,
+``AgentConfig.burst_s``, gets pairs through before a queue that stands up soon after; a queue
+standing before the agents' first probes is the floor, and half its least depth stays in the
+offsets, as in chrony's register); a path
 whose minimum grows (a longer route) reads as queued until ``ANCHOR_WINDOWS`` have passed,
 with both bounds moved by half the growth; a VM every pair of which is queued and not
 anchored is left out by ``agents.window``; a queue that stands still (no spread) is told from

@@ -82,6 +82,8 @@ def load() -> ctypes.CDLL:
     lib.nsp_check.restype = ctypes.c_int
     lib.nsp_active.argtypes = [ctypes.c_void_p, _intp, ctypes.c_int]
     lib.nsp_active.restype = ctypes.c_int
+    lib.nsp_rate.argtypes = [ctypes.c_void_p, ctypes.c_double]
+    lib.nsp_rate.restype = ctypes.c_int
     lib.nsp_run.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int,
                             _intp, _intp]
     lib.nsp_run.restype = ctypes.c_int
@@ -147,6 +149,14 @@ class ProbeIO:
             self._peers[k] = p
         if self.lib.nsp_active(self.h, self._peers, len(peers)) < 0:
             raise ValueError(f"bad peer indices {peers}")
+
+    def rate(self, rate: float) -> None:
+        """Bursts per second (pairs/s to each active peer) from the next burst on.
+
+        Raises:
+            ValueError: ``rate`` is not > 0."""
+        if self.lib.nsp_rate(self.h, rate) < 0:
+            raise ValueError(f"rate {rate} not > 0")
 
     def run(self, seconds: float) -> tuple[bytes, list[int]]:
         """Probe for ``seconds`` (0: one wake-up's work): drain both queues at every wake-up,

@@ -297,6 +297,25 @@ class AgentMesh:
         if not wait_until(healthy, timeout_s, 0.2):
             raise LabError(f"the coordinator did not come up within {timeout_s:.0f} s; see {log}")
 
+    def wait_agents(self, timeout_s: float) -> bool:
+        """Wait until every VM's agent has reported to the coordinator (it probes from its
+        start, its start-up burst first: ``AgentConfig.burst_s``), so that load started next
+        finds the agents running, as on VMs whose agent runs from boot. Returns whether they
+        all did within ``timeout_s`` (a late one is logged, not fatal)."""
+        n = len(self.lab.vms)
+
+        def connected() -> bool:
+            try:
+                doc = vm_http_get(self.coordinator, HTTP_PORT, "/api/v1/health", timeout=1.0)
+            except (OSError, ValueError):
+                return False
+            return doc.get("agents_connected", 0) >= n
+
+        if wait_until(connected, timeout_s, 0.1):
+            return True
+        log.warning("not every agent reported within %.0f s; the load starts anyway", timeout_s)
+        return False
+
     def state(self, history: int | None = None) -> CoordinatorState | None:
         """The coordinator's ``/api/v1/state`` with its last ``history`` windows (None: all
         it keeps; 0: none), or None if it does not answer (or answers something that is not

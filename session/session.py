@@ -215,7 +215,9 @@ class Session:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
-        """Build the lab, start the agents, the load and the timeline player.
+        """Build the lab, start the agents (and wait, at most 10 s, until each has reported:
+        the load finds them running, their start-up burst under way), the load and the
+        timeline player.
 
         Raises:
             LabError (and subclasses): the lab could not be built (it is torn down first).
@@ -247,6 +249,7 @@ class Session:
             self.progress(f"starting agents in {len(self.lab.vms)} VMs")
             self.mesh = AgentMesh(self.lab, self.sc.agents)
             self.mesh.start()
+            self.mesh.wait_agents(10.0)
             self.watcher = Watcher(self.lab, self.mesh)
             self.watcher.start()
             self.lab.stamp("agents_up", f"{len(self.lab.vms)} VMs")

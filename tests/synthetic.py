@@ -33,7 +33,8 @@ def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.
             stats: AgentStats | None = None, packed: bool = True,
             standing_ns: Mapping[tuple[str, str], float | Callable[[float], float]]
             | None = None,
-            standing_s: tuple[float, float] | None = None
+            standing_s: tuple[float, float] | None = None,
+            burst: tuple[float, float] | None = None
             ) -> Iterator[list[Report]]:
     """Every VM's report after each ``chunk_s`` of true time, from ``t0_ns + start_s`` for
     ``seconds``.
@@ -48,7 +49,8 @@ def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.
     within ``standing_s = (from_s, to_s)``, true seconds after ``t0_ns`` (a flow that covers
     a part of a window: its queue stands up and drains at once); a callable there is the
     queue's depth (ns) at each probe's send time (true seconds after ``t0_ns``): a queue
-    that varies. The records are packed
+    that varies. ``burst = (rate, seconds)``: each VM sends at that rate for its first seconds
+    after ``t0_ns`` (the agent's start-up burst, ``AgentConfig.burst_s``). The records are packed
     (``Report.rx_packed``, as the agents send them), or JSON rows (``Report.rx``) with
     ``packed=False``.
     """
@@ -70,8 +72,10 @@ def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.
                     continue
                 mean_q = queue_ns.get((src, dst), 500)
                 stand = standing_ns.get((src, dst), 0)
-                ts = t + int(rng.uniform(0, 1 / rate) * S)
+                bursting = burst is not None and t < t0_ns + int(burst[1] * S)
+                ts = t + int(rng.uniform(0, 1 / (burst[0] if bursting else rate)) * S)
                 while ts < stop:
+                    bursting = burst is not None and ts < t0_ns + int(burst[1] * S)
                     pid = rng.getrandbits(32)
                     common = rng.expovariate(1 / mean_q)  # both probes wait in one queue
                     for idx, tx_true in enumerate((ts, ts + PAIR_GAP_NS)):
@@ -84,7 +88,7 @@ def reports(specs: Mapping[str, ClockSpec], seconds: float, *, rate: float = 20.
                         rx[dst].setdefault(src, []).append(
                             [pid, idx, specs[src].to_vm_ns(tx_true),
                              specs[dst].to_vm_ns(rx_true)])
-                    ts += int(S / rate)
+                    ts += int(S / (burst[0] if bursting else rate))
         yield [Report(name=v, t_ns=specs[v].to_vm_ns(stop), stats=stats or AgentStats(),
                       **({"rx_packed": pack_records({s: [x for row in rows for x in row]
                                                      for s, rows in rx[v].items()})}

@@ -547,6 +547,16 @@ int nsp_active(struct nsp *h, const int *peers, int n)
     return 0;
 }
 
+/* Set the burst rate (bursts per second, the pairs each active peer gets a second) from the
+ * next burst on. Returns 0, or -1 when ``rate`` is not > 0. */
+int nsp_rate(struct nsp *h, double rate)
+{
+    if (!(rate > 0))
+        return -1;
+    h->rate = rate;
+    return 0;
+}
+
 /* The agent's loop for ``span_ns`` of CLOCK_MONOTONIC: at every wake-up drain the error queue
  * and the receive queue (records into ``rec``, room for ``nrec``) and send a burst when one is
  * due, then sleep until the next burst or the end of the span (span 0: one wake-up's work).

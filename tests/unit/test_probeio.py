@@ -249,3 +249,26 @@ def test_an_agent_that_cannot_build_its_datagram_path_names_the_package(tmp_path
     cfg = AgentConfig(name="vm1", bind=A, peers={"vm2": B}, coordinator=(A, 9), port=0)
     with pytest.raises(probeio.ProbeIOError, match="compiler nslab-no-cc, which is not in PATH"):
         Agent(cfg)
+
+
+def test_an_agent_bursts_at_its_start_then_probes_at_its_rate():
+    import threading
+
+    from agents.agent import Agent, AgentConfig
+
+    b = probe_socket(B)
+    port = b.getsockname()[1]
+    cfg = AgentConfig(name="vm1", bind=A, peers={"vm2": B}, coordinator=(A, 9), port=port,
+                      rate=10.0, burst_rate=200.0, burst_s=0.3, report_s=0.1)
+    agent, stop = Agent(cfg), threading.Event()
+    loop = threading.Thread(target=agent.run, args=(stop,))
+    try:
+        loop.start()
+        time.sleep(0.9)
+        stop.set()
+        loop.join(5.0)
+        # 0.3 s at 200 pairs/s, then 0.6 s at 10: 66 pairs (all at 200: 180; none: 9)
+        assert 2 * 50 <= agent.io.counters.probes_tx <= 2 * 80, agent.io.counters.probes_tx
+    finally:
+        stop.set()
+        b.close()
