@@ -23,7 +23,7 @@ import argparse
 import time
 
 from clock_daemons import after  # benchmarks/ is on sys.path
-from record import fmt, record, show
+from record import fmt, median_columns, record, show
 
 from session.load import Flow
 from session.scenario import load
@@ -131,10 +131,7 @@ def main() -> None:
     for case, s in summary.items():
         for est, m in s["medians"].items():
             r = s["agent_p99_over"].get(est)
-            ci = m["p99"]["ci"]
-            rows.append({"case": case, "estimator": est, "p50 us": fmt(m["p50"]["median"]),
-                         "p99 us": fmt(m["p99"]["median"]),
-                         "p99 95 % interval": f"[{fmt(ci[0])}, {fmt(ci[1])}]",
+            rows.append({**median_columns(case, est, m),
                          "agent p99 / this (Welch)":
                              f"{fmt(r['ratio'])} [{fmt(r['ci'][0])}, {fmt(r['ci'][1])}] "
                              f"({r['verdict']})" if r else "",

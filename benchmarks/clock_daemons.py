@@ -22,7 +22,9 @@ import argparse
 import time
 
 import numpy as np
-from record import fmt, record, show  # benchmarks/record.py: benchmarks/ is on sys.path
+
+# benchmarks/record.py: benchmarks/ is on sys.path
+from record import fmt, median_columns, record, show
 
 from session.scenario import load
 from session.session import Session
@@ -117,10 +119,7 @@ def main() -> None:
     for case, s in summary.items():
         for est, m in s["medians"].items():
             r = s["agent_p99_over"].get(est)
-            ci = m["p99"]["ci"]
-            rows.append({"case": case, "estimator": est, "p50 us": fmt(m["p50"]["median"]),
-                         "p99 us": fmt(m["p99"]["median"]),
-                         "p99 95 % interval": f"[{fmt(ci[0])}, {fmt(ci[1])}]",
+            rows.append({**median_columns(case, est, m),
                          "converged s": fmt(m["converged_s"]["median"]),
                          "agent p99 / this": f"{fmt(r['ratio'])} ({r['verdict']})" if r else ""})
     saturated = sum(r["rows"]["fidelity"]["saturated"] for r in runs)

@@ -73,3 +73,11 @@ def show(columns: list[str], rows: list[dict], path: Path) -> None:
 def fmt(x: float | None) -> str:
     """A table's number: 3 significant digits, ``-`` for none."""
     return "-" if x is None else f"{x:.3g}"
+
+
+def median_columns(case: str, estimator: str, m: dict) -> dict:
+    """A table row's first columns from one estimator's medians over the runs (``m``: its
+    ``p50`` and ``p99``, each ``{"median", "ci"}``, us)."""
+    ci = m["p99"]["ci"]
+    return {"case": case, "estimator": estimator, "p50 us": fmt(m["p50"]["median"]),
+            "p99 us": fmt(m["p99"]["median"]), "p99 95 % interval": f"[{fmt(ci[0])}, {fmt(ci[1])}]"}
