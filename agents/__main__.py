@@ -75,6 +75,16 @@ def _nonnegative(text: str) -> float:
     return x
 
 
+def _count(text: str) -> int:
+    try:
+        x = int(text)
+    except ValueError:
+        x = -1
+    if x < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return x
+
+
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
     """Shows defaults, except for options without one."""
 
@@ -115,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--port", type=_port, default=7701, help="UDP probe port of every agent")
     a.add_argument("--rate", type=_positive, default=20.0,
                    help="coded probe pairs per second per active peer")
+    a.add_argument("--per-send", type=_count, default=4,
+                   help="the most pairs sent together (0: a pair to every active peer at "
+                        "once): each 1/--rate s round is split into sends of this many pairs, "
+                        "spread evenly over it, so this VM's own NIC queue holds at most "
+                        "2 x --per-send of its probes (a whole round at once overflows a "
+                        "shallow queue at a low line rate)")
     a.add_argument("--burst-rate", type=_positive, default=100.0,
                    help="coded probe pairs per second per active peer during the start-up "
                         "burst (chrony's iburst): the pairs' round-trip floors are learnt "
@@ -287,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = AgentConfig(name=args.name, bind=args.bind, peers=args.peers,
                               coordinator=args.coordinator, port=args.port, rate=args.rate,
                               burst_rate=args.burst_rate, burst_s=args.burst,
-                              key=key, window_s=args.window, max_peers=args.max_peers,
+                              per_send=args.per_send, key=key, window_s=args.window, max_peers=args.max_peers,
                               size=args.size, redraw_s=args.redraw, report_s=args.report,
                               seed=args.seed)
             if args.size and not 0 <= args.size <= 1472:

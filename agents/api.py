@@ -17,11 +17,15 @@ from urllib.parse import parse_qs, urlparse
 from pydantic import BaseModel
 
 from agents.coordinator import Coordinator
-from contracts.messages import parse_message
+from contracts.messages import CoordinatorState, parse_message
 
 __all__ = ["Service", "serve"]
 
 log = logging.getLogger("agents.api")
+
+PARTS = ("vms", "owd_us", "asymmetry_us", "collocation", "drift_series", "drift_series_t_ns",
+         "history", "pacers", "counters")
+"""The state's parts ``fields=`` can select (its scalars always come)."""
 
 MAX_LINE = 16 << 20
 """Bytes per report line; a longer one drops the connection (the agent reconnects)."""
@@ -103,7 +107,16 @@ class _ApiHandler(BaseHTTPRequestHandler):
             except ValueError:
                 self._send(400, {"error": "history must be an integer"})
                 return
-            self._send(200, coord.state(hist))
+            want = [f for f in ",".join(q.get("fields", [])).split(",") if f]
+            if bad := sorted(set(want) - set(PARTS)):
+                self._send(400, {"error": f"no such field {', '.join(bad)}", "fields": PARTS})
+                return
+            doc = coord.state(0 if want and "history" not in want else hist)
+            if want:  # the parts not asked for come back empty: the schema holds
+                fields = CoordinatorState.model_fields
+                doc = doc.model_copy(update={f: fields[f].get_default(call_default_factory=True)
+                                             for f in PARTS if f not in want})
+            self._send(200, doc)
         elif url.path == "/api/v1/health":
             self._send(200, coord.health())
         else:

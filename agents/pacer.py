@@ -228,7 +228,7 @@ class PacerBase:
     def _poll(self) -> None:
         host, port = self.cfg.api
         try:
-            with urlopen(f"http://{host}:{port}/api/v1/state?history=0", timeout=1.0) as r:
+            with urlopen(f"http://{host}:{port}/api/v1/state?fields=vms", timeout=1.0) as r:
                 self.sync.update(CoordinatorState.model_validate_json(r.read()),
                                  self.clock.now_ns())
         except (OSError, ValueError) as e:

@@ -6,8 +6,9 @@ Python costs more than the kernel's work (``benchmarks/agent_cost.py`` measures 
 everything done per datagram is in C: encoding (and the HMAC tag), sending, matching TX
 stamps from the error queue, validating received probes (``agents.probe.ProbeFilter``'s
 checks, in its order), pairing them with their follow-ups. The loop is in C too (``run``):
-it sleeps to the next burst of pairs (one wake-up per burst, ``rate`` a second, each burst a
-pair to every active peer) and returns to Python once per report period with the finished
+it sleeps to the next send of pairs (a round gives every active peer a pair, ``rate`` rounds a
+second, in sends of at most ``per_send`` pairs spread over the round: one wake-up per send,
+not per pair) and returns to Python once per report period with the finished
 records; a Python pass per 20 ms tick cost more than the datagrams' system calls. Peers,
 clock, reports and the counters' meaning stay in ``agents.agent``.
 
@@ -72,7 +73,7 @@ def load() -> ctypes.CDLL:
     lib.nsp_new.restype = ctypes.c_void_p
     lib.nsp_new.argtypes = [ctypes.c_int, ctypes.c_uint32, ctypes.c_int, _u32p, _u32p,
                             ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
-                            ctypes.c_uint64, ctypes.c_uint32, ctypes.c_double,
+                            ctypes.c_uint64, ctypes.c_uint32, ctypes.c_double, ctypes.c_int,
                             ctypes.c_uint64, _CONV]
     lib.nsp_free.argtypes = [ctypes.c_void_p]
     lib.nsp_free.restype = None
@@ -111,17 +112,18 @@ class ProbeIO:
         size: probe datagram size, bytes (56..1472; with a key, the last 16 are the tag).
         key: HMAC key or None.
         seq: first probe sequence; pair_seq: first pair id.
-        rate: bursts per second (pairs/s to each active peer); seed: the bursts' jitter and
-            order (64 bits).
+        rate: rounds per second (pairs/s to each active peer); per_send: the most pairs sent
+            together (0: a whole round at once); seed: the rounds' jitter and order (64 bits).
         convert: CLOCK_REALTIME ns -> VM clock ns, or None for the identity.
 
     Raises:
-        ProbeIOError: see ``load``; ValueError: bad size, key (longer than 256 bytes) or rate.
+        ProbeIOError: see ``load``; ValueError: bad size, key (longer than 256 bytes), rate or
+            per_send.
     """
 
     def __init__(self, sock: socket.socket, me: int, peers: list[tuple[int, str]], port: int,
                  size: int, key: bytes | None, seq: int, pair_seq: int, rate: float,
-                 seed: int, convert: Callable[[int], int] | None):
+                 per_send: int, seed: int, convert: Callable[[int], int] | None):
         self.lib = load()
         n = len(peers)
         ids = (ctypes.c_uint32 * max(n, 1))(*(i for i, _ in peers))
@@ -129,10 +131,10 @@ class ProbeIO:
         self._conv = _CONV(convert) if convert is not None else _CONV()  # kept alive here
         key = key or b""
         self.h = self.lib.nsp_new(sock.fileno(), me, n, ids, ips, port, size, key, len(key),
-                                  seq, pair_seq, rate, seed, self._conv)
+                                  seq, pair_seq, rate, per_send, seed, self._conv)
         if not self.h:
-            raise ValueError(f"probe size {size} outside 56..1472, key over 256 bytes or "
-                             f"rate {rate} not > 0")
+            raise ValueError(f"probe size {size} outside 56..1472, key over 256 bytes, rate "
+                             f"{rate} not > 0 or pairs per send {per_send} < 0")
         self.counters = self.lib.nsp_counters(self.h).contents
         self._rec = ctypes.create_string_buffer(RECORDS * Record.size)
         self._peers = (ctypes.c_int * max(n, 1))()
@@ -141,7 +143,8 @@ class ProbeIO:
         self.npeers = n
 
     def active(self, peers: list[int]) -> None:
-        """The peers (indices) that get a pair in every burst from now on.
+        """The peers (indices) that get a pair in every round from now on (a changed set
+        starts a new round).
 
         Raises:
             ValueError: an index out of range or repeated."""
@@ -151,7 +154,7 @@ class ProbeIO:
             raise ValueError(f"bad peer indices {peers}")
 
     def rate(self, rate: float) -> None:
-        """Bursts per second (pairs/s to each active peer) from the next burst on.
+        """Rounds per second (pairs/s to each active peer) from the next round on.
 
         Raises:
             ValueError: ``rate`` is not > 0."""
@@ -160,7 +163,7 @@ class ProbeIO:
 
     def run(self, seconds: float) -> tuple[bytes, list[int]]:
         """Probe for ``seconds`` (0: one wake-up's work): drain both queues at every wake-up,
-        send the bursts that fall due, sleep in between (the GIL released). Returns early
+        send the pairs that fall due, sleep in between (the GIL released). Returns early
         when the record buffer is nearly full or a signal arrived. Returns the finished
         records, ``Record`` each (``(peer, pair_id, idx, pad, tx_ns, rx_ns)``: tx on the
         sender's VM clock, rx on this VM's), and the peers that sent a valid probe."""

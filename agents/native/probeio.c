@@ -1,7 +1,7 @@
 /* libnslabprobeio.so: the agent's datagram path and its loop, compiled (agents/probeio.py loads
  * it with ctypes; agents/agent.py keeps the peers, the clock and the reports).
  *
- * The agent calls nsp_run once per report period; it loops, sleeping until the next burst on
+ * The agent calls nsp_run once per report period; it loops, sleeping until the next send on
  * CLOCK_MONOTONIC (an absolute deadline), and at every wake-up
  *   1. drains the socket's error queue with recvmmsg (MSG_ERRQUEUE): the kernel's software TX
  *      stamp of each probe sent, matched to the probe by its seq;
@@ -10,14 +10,18 @@
  *      source address, destination, replay window: RFC 4303 3.4.3 with a bitmap, RFC 6479),
  *      keeps the RX stamps of the last 64 pairs per sender and, when a follow-up arrives,
  *      emits one record (peer, pair_id, idx, tx_ns, rx_ns) per probe of the pair it names;
- *   3. when a burst is due, sends a coded pair to every active peer (two back-to-back probes,
- *      the follow-up of the previous pair to that peer in both; peers in a random order) with
- *      sendmmsg. Bursts are 1/rate apart on average (uniform jitter +-50 %, so agents never
- *      lock in phase): each active peer gets ``rate`` pairs/s, and the agent wakes ``rate``
- *      times a second, not once per pair.
- * Sending all pairs of a burst together leaves each pair's two probes back to back; a peer's
- * pair may queue behind the burst's earlier pairs, but its place is random, so the lower
- * envelopes the coordinator fits (the least-delayed probes) see bursts where it was first.
+ *   3. when a send is due, sends the next pairs of the round (a coded pair, two back-to-back
+ *      probes, to each; the follow-up of the previous pair to that peer in both) with
+ *      sendmmsg. A round gives every active peer one pair, in a random order; rounds are
+ *      1/rate apart on average (uniform jitter +-50 %, so agents never lock in phase), so each
+ *      active peer gets ``rate`` pairs/s. A round leaves in sends of at most ``per_send``
+ *      pairs (0: all at once), spread evenly over it: the agent wakes ``rate`` x
+ *      ceil(peers / per_send) times a second, not once per pair, and its own NIC's queue never
+ *      holds more than 2 x ``per_send`` of its probes at once (a round of 2 x (peers) probes
+ *      back to back overflows a shallow queue at a low line rate).
+ * Each pair's two probes leave back to back; a pair may queue behind its send's earlier pairs,
+ * but its place is random, so the lower envelopes the coordinator fits (the least-delayed
+ * probes) see sends where it was first.
  * The probe layout is agents/PROBE.md (version 1, big-endian); with a key every probe carries
  * HMAC-SHA256(key, bytes before the tag) truncated to 16 bytes (RFC 2104, RFC 4868; OpenSSL's
  * libcrypto).
@@ -118,11 +122,13 @@ struct nsp {
     uint64_t seq;
     uint32_t pair_seq;
     int64_t run;            /* nsp_run calls, for the peers heard in each */
-    double rate;            /* bursts per second */
+    double rate;            /* rounds per second */
+    int per_send;           /* pairs per send at most (0: a whole round) */
     uint64_t rng;           /* xorshift64* state */
-    int64_t next_burst;     /* CLOCK_MONOTONIC ns (0: at the first wake-up) */
-    int nactive;
-    int *active, *order;    /* active peers (indices); a burst's order */
+    int64_t next_send;      /* CLOCK_MONOTONIC ns (0: at the first wake-up) */
+    int64_t step_ns;        /* between the sends of this round */
+    int nactive, round_n, round_pos;
+    int *active, *order;    /* active peers (indices); this round's order, its next pair */
     conv_fn conv;
     struct peer *peers;
     struct pend pending[PENDING];
@@ -191,15 +197,16 @@ void nsp_free(struct nsp *h)
 /* A new agent: ``fd`` a bound, non-blocking UDP socket with SO_TIMESTAMPING set; ``me`` this
  * VM's probe id; peer k has probe id ``ids[k]`` and address ``ips[k]`` (network order), all on
  * ``port``; probes are ``size`` bytes; ``key`` (``keylen`` 0: none) the HMAC key; ``seq`` and
- * ``pair_seq`` the first probe sequence and pair id; ``rate`` bursts per second; ``seed`` the
- * burst jitter's and order's random seed; ``conv`` NULL or the VM clock. No peer is active
- * (nsp_active). NULL when out of memory, ``size`` is not 56..1472, the key is longer than 256
- * bytes or ``rate`` is not > 0. */
+ * ``pair_seq`` the first probe sequence and pair id; ``rate`` rounds per second; ``per_send``
+ * the most pairs sent together (0: a whole round); ``seed`` the rounds' jitter's and order's
+ * random seed; ``conv`` NULL or the VM clock. No peer is active (nsp_active). NULL when out of
+ * memory, ``size`` is not 56..1472, the key is longer than 256 bytes, ``rate`` is not > 0 or
+ * ``per_send`` < 0. */
 struct nsp *nsp_new(int fd, uint32_t me, int npeers, const uint32_t *ids, const uint32_t *ips,
                     int port, int size, const unsigned char *key, int keylen, uint64_t seq,
-                    uint32_t pair_seq, double rate, uint64_t seed, conv_fn conv)
+                    uint32_t pair_seq, double rate, int per_send, uint64_t seed, conv_fn conv)
 {
-    if (keylen < 0 || keylen > 256 || size < HDR || size > 1472 || !(rate > 0))
+    if (keylen < 0 || keylen > 256 || size < HDR || size > 1472 || !(rate > 0) || per_send < 0)
         return NULL;
     struct nsp *h = calloc(1, sizeof *h);
     if (!h)
@@ -215,7 +222,7 @@ struct nsp *nsp_new(int fd, uint32_t me, int npeers, const uint32_t *ids, const 
     h->fd = fd, h->me = me, h->npeers = npeers, h->port = port, h->size = size;
     memcpy(h->key, key, keylen);
     h->keylen = keylen, h->seq = seq, h->pair_seq = pair_seq, h->conv = conv;
-    h->rate = rate, h->rng = seed | 1;
+    h->rate = rate, h->per_send = per_send, h->rng = seed | 1;
     for (int k = 0; k < npeers; k++) {
         h->peers[k].id = ids[k];
         h->peers[k].ip = ips[k];
@@ -516,8 +523,9 @@ static int drain_rx(struct nsp *h, struct nsp_record *rec, int out, int nrec, in
     }
 }
 
-/* A pair to every active peer, in a random order (Fisher-Yates), 64 pairs per sendmmsg. */
-static void burst(struct nsp *h)
+/* A new round: the active peers in a random order (Fisher-Yates), its length drawn
+ * ((0.5 + U) / rate) and split evenly between its sends. */
+static void new_round(struct nsp *h)
 {
     int n = h->nactive;
     memcpy(h->order, h->active, n * sizeof *h->order);
@@ -525,12 +533,30 @@ static void burst(struct nsp *h)
         int j = (int)(uniform(h) * (i + 1)), t = h->order[i];
         h->order[i] = h->order[j], h->order[j] = t;
     }
-    for (int k = 0; k < n; k += BATCH)
-        send_pairs(h, h->order + k, n - k < BATCH ? n - k : BATCH);
+    int per = h->per_send && h->per_send < n ? h->per_send : (n ? n : 1);
+    int sends = (n + per - 1) / per;
+    h->round_n = n, h->round_pos = 0;
+    h->step_ns = (int64_t)((0.5 + uniform(h)) / h->rate * 1e9) / (sends ? sends : 1);
 }
 
-/* The peers that get a pair in every burst: ``n`` indices into the peer table. Returns 0, or
- * -1 (nothing changed) when an index is out of range or repeated. */
+/* The round's next send (a new round first when the last is done): at most ``per_send``
+ * pairs, 64 per sendmmsg. */
+static void send_due(struct nsp *h)
+{
+    if (h->round_pos >= h->round_n)
+        new_round(h);
+    int left = h->round_n - h->round_pos;
+    int k = h->per_send && h->per_send < left ? h->per_send : left;
+    for (int i = 0; i < k; i += BATCH)
+        send_pairs(h, h->order + h->round_pos + i, k - i < BATCH ? k - i : BATCH);
+    h->round_pos += k;
+    if (!h->round_n)        /* no active peer: an empty round */
+        h->round_pos = 1;
+}
+
+/* The peers that get a pair in every round: ``n`` indices into the peer table (a changed set
+ * starts a new round at the next send). Returns 0, or -1 (nothing changed) when an index is
+ * out of range or repeated. */
 int nsp_active(struct nsp *h, const int *peers, int n)
 {
     if (n < 0 || n > h->npeers)
@@ -542,13 +568,16 @@ int nsp_active(struct nsp *h, const int *peers, int n)
             if (peers[j] == peers[i])
                 return -1;
     }
-    memcpy(h->active, peers, n * sizeof *peers);
-    h->nactive = n;
+    if (n != h->nactive || memcmp(h->active, peers, n * sizeof *peers)) {
+        memcpy(h->active, peers, n * sizeof *peers);
+        h->nactive = n;
+        h->round_pos = h->round_n;
+    }
     return 0;
 }
 
-/* Set the burst rate (bursts per second, the pairs each active peer gets a second) from the
- * next burst on. Returns 0, or -1 when ``rate`` is not > 0. */
+/* Set the round rate (rounds per second: the pairs each active peer gets a second) from the
+ * next round on. Returns 0, or -1 when ``rate`` is not > 0. */
 int nsp_rate(struct nsp *h, double rate)
 {
     if (!(rate > 0))
@@ -558,8 +587,8 @@ int nsp_rate(struct nsp *h, double rate)
 }
 
 /* The agent's loop for ``span_ns`` of CLOCK_MONOTONIC: at every wake-up drain the error queue
- * and the receive queue (records into ``rec``, room for ``nrec``) and send a burst when one is
- * due, then sleep until the next burst or the end of the span (span 0: one wake-up's work).
+ * and the receive queue (records into ``rec``, room for ``nrec``) and send when a send is
+ * due, then sleep until the next send or the end of the span (span 0: one wake-up's work).
  * ``rx_peers`` gets the peers that sent a valid probe during the call (``*nrx`` of them).
  * Returns the number of records, early when fewer than 2 x 64 records of room are left or a
  * signal interrupted the sleep (the caller handles it and calls again). */
@@ -574,15 +603,15 @@ int nsp_run(struct nsp *h, int64_t span_ns, struct nsp_record *rec, int nrec, in
         drain_errqueue(h);
         out = drain_rx(h, rec, out, nrec, rx_peers, nrx, &full);
         int64_t now = monotonic_ns();
-        if (now >= h->next_burst) {
-            burst(h);
-            int64_t gap = (int64_t)((0.5 + uniform(h)) / h->rate * 1e9);
-            /* on time: keep the mean rate; after a stall (or the first burst): from now */
-            h->next_burst = h->next_burst + gap > now ? h->next_burst + gap : now + gap;
+        if (now >= h->next_send) {
+            send_due(h);
+            int64_t gap = h->step_ns;
+            /* on time: keep the mean rate; after a stall (or the first send): from now */
+            h->next_send = h->next_send + gap > now ? h->next_send + gap : now + gap;
         }
         if (full || now >= end)
             return out;
-        int64_t wake = h->next_burst < end ? h->next_burst : end;
+        int64_t wake = h->next_send < end ? h->next_send : end;
         struct timespec ts = {wake / 1000000000, wake % 1000000000};
         int r = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
         if (r == EINTR)

@@ -324,6 +324,16 @@ def test_tcp_reports_and_http_api():
         with pytest.raises(urllib.error.HTTPError) as e:
             _get(svc.http_port, "/api/v1/state?history=x")
         assert e.value.code == 400
+        # a pacer's poll: the VMs' estimates and the scalars, every other part empty
+        part = CoordinatorState.model_validate(_get(svc.http_port, "/api/v1/state?fields=vms"))
+        assert part.vms == st.vms and part.windows == st.windows and part.t_ns == st.t_ns
+        assert part.history == [] and part.owd_us == {} and part.drift_series == {}
+        assert st.history and st.owd_us and st.drift_series
+        both = _get(svc.http_port, "/api/v1/state?fields=vms,history&history=1")
+        assert len(both["history"]) == 1 and both["owd_us"] == {}
+        with pytest.raises(urllib.error.HTTPError) as e:
+            _get(svc.http_port, "/api/v1/state?fields=vms,nothing")
+        assert e.value.code == 400 and b"nothing" in e.value.read()
         with pytest.raises(urllib.error.HTTPError) as e:
             _get(svc.http_port, "/api/v2/nothing")
         assert e.value.code == 404

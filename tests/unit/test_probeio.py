@@ -1,14 +1,15 @@
 """The agent's compiled datagram path and loop (agents/native/probeio.c through
 agents.probeio) on real loopback sockets with real kernel timestamps, no root: the probes it
 sends decode with ``agents.probe.decode`` (the documented wire format) and carry the kernel TX
-stamps of the previous pair; every burst sends a pair to each active peer and to no other, in
-a random order; the records it emits have the right peer, pair, index and stamps and are
+stamps of the previous pair; every round sends a pair to each active peer and to no other, in
+a random order, in sends spread over the round; the records it emits have the right peer, pair, index and stamps and are
 packed for reports peer by peer as the wire contract says; its validation counts exactly what
 ``ProbeFilter`` counts, reason by reason."""
 import socket
 import time
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from agents.agent import SO_TIMESTAMPING, TS_FLAGS, RecordBuffer
@@ -74,7 +75,7 @@ def test_sent_pairs_decode_and_carry_kernel_tx_stamps(key):
     port = a.getsockname()[1]
     c = probe_socket(C, port)
     io = ProbeIO(a, node_id("a"), [(node_id("c"), C)], port, 100, key, seq=5000,
-                 pair_seq=0xFFFFFFFF, rate=20.0, seed=1, convert=None)
+                 pair_seq=0xFFFFFFFF, rate=20.0, per_send=0, seed=1, convert=None)
     try:
         io.active([0])
         t0 = time.time_ns()
@@ -110,9 +111,9 @@ def test_records_round_trip_between_two_agents():
     b = probe_socket(B, port)
     shift = 10**9  # B's VM clock: the machine's + 1 s (through the conversion callback)
     ia = ProbeIO(a, node_id("a"), [(node_id("x"), C), (node_id("b"), B)], port, 56, None,
-                 seq=1, pair_seq=7, rate=20.0, seed=2, convert=None)
+                 seq=1, pair_seq=7, rate=20.0, per_send=0, seed=2, convert=None)
     ib = ProbeIO(b, node_id("b"), [(node_id("a"), A)], port, 56, None, seq=1, pair_seq=0,
-                 rate=20.0, seed=3, convert=lambda ns: ns + shift)
+                 rate=20.0, per_send=0, seed=3, convert=lambda ns: ns + shift)
     try:
         ia.active([1])
         records = []
@@ -136,16 +137,16 @@ def test_records_round_trip_between_two_agents():
         b.close()
 
 
-def test_bursts_reach_every_active_peer_in_random_order():
-    """Over 2 s at 20 bursts/s: each active peer gets one pair per burst (as many pairs as
-    there were bursts, 40 on average), the inactive one none, and each active peer is first
-    in some bursts (a fixed order would queue the same peer last every time)."""
+def run_rounds(per_send: int, seed: int) -> tuple[list[list[tuple[bytes, int]]], int]:
+    """2 s of rounds at 20/s to three active peers of four (``per_send`` pairs per send):
+    what each peer received, with its kernel RX stamps, and the rounds."""
     a = probe_socket(A)
     port = a.getsockname()[1]
     ips = ["127.0.0.11", "127.0.0.12", "127.0.0.13", "127.0.0.14"]
     socks = [probe_socket(ip, port) for ip in ips]
     io = ProbeIO(a, node_id("a"), [(node_id(f"p{k}"), ip) for k, ip in enumerate(ips)], port,
-                 56, None, seq=0, pair_seq=0, rate=20.0, seed=6, convert=None)
+                 56, None, seq=0, pair_seq=0, rate=20.0, per_send=per_send, seed=seed,
+                 convert=None)
     try:
         with pytest.raises(ValueError):
             io.active([0, 0])
@@ -155,14 +156,14 @@ def test_bursts_reach_every_active_peer_in_random_order():
         start = time.monotonic()
         io.run(2.0)
         assert time.monotonic() - start >= 2.0
-        seqs = [[decode(d, None).seq for d, _ in kernel_rx(s)] for s in socks[:3]]
+        got = [kernel_rx(s) for s in socks[:3]]
         with pytest.raises(BlockingIOError):  # the inactive peer got nothing
             socks[3].recv(2048)
-        bursts = len(seqs[0]) // 2
-        assert [len(s) for s in seqs] == [2 * bursts] * 3 and 20 <= bursts <= 81
-        assert sorted(sum(seqs, [])) == list(range(6 * bursts))  # one pair each per burst
-        firsts = {min(range(3), key=lambda k: seqs[k][2 * b]) for b in range(bursts)}
-        assert firsts == {0, 1, 2}
+        rounds = len(got[0]) // 2
+        seqs = [[decode(d, None).seq for d, _ in g] for g in got]
+        assert [len(s) for s in seqs] == [2 * rounds] * 3 and 20 <= rounds <= 81
+        assert sorted(sum(seqs, [])) == list(range(6 * rounds))  # one pair each per round
+        return got, rounds
     finally:
         io.close()
         a.close()
@@ -170,10 +171,35 @@ def test_bursts_reach_every_active_peer_in_random_order():
             s.close()
 
 
+def test_rounds_reach_every_active_peer_in_random_order():
+    """Each active peer gets one pair per round (as many pairs as there were rounds, 40 on
+    average), the inactive one none, and each active peer is first in some rounds (a fixed
+    order would queue the same peer last every time); with ``per_send`` 0 a round leaves at
+    once (its pairs within a millisecond)."""
+    got, rounds = run_rounds(0, 6)
+    seqs = [[decode(d, None).seq for d, _ in g] for g in got]
+    firsts = {min(range(3), key=lambda k: seqs[k][2 * b]) for b in range(rounds)}
+    assert firsts == {0, 1, 2}
+    spans = [max(g[2 * b][1] for g in got) - min(g[2 * b][1] for g in got)
+             for b in range(rounds)]
+    assert np.median(spans) < 1e6, spans
+
+
+def test_a_round_leaves_in_sends_spread_over_it():
+    """``per_send`` 1: a round of three pairs leaves in three sends a third of the round
+    apart (1/(3 x 20) s on average, at least half of it with the jitter), so no two pairs
+    leave together: the agent's own queue holds one pair at a time."""
+    got, _ = run_rounds(1, 6)
+    starts = np.sort([t for g in got for t in (t for _, t in g[0::2])])
+    gaps_ms = np.diff(starts) / 1e6
+    assert np.percentile(gaps_ms, 5) > 5.0, np.sort(gaps_ms)[:10]
+    assert 12.0 < np.median(gaps_ms) < 22.0, np.median(gaps_ms)
+
+
 def test_pack_groups_records_by_peer_as_the_wire_record():
     sock = probe_socket(A)
     io = ProbeIO(sock, node_id("me"), [(node_id(f"p{k}"), f"127.0.0.{20 + k}") for k in range(3)],
-                 7701, 56, None, seq=0, pair_seq=0, rate=20.0, seed=7, convert=None)
+                 7701, 56, None, seq=0, pair_seq=0, rate=20.0, per_send=0, seed=7, convert=None)
     try:
         recs = [(2, 10, 0, 0, -5, 7), (0, 0xFFFFFFFF, 1, 0, 2**62, 3), (2, 12, 1, 0, 8, 9)]
         counts, packed = io.pack(b"".join(Record.pack(*r) for r in recs))
@@ -205,7 +231,7 @@ def test_validation_counts_what_probefilter_counts():
     peers = {"p1": B, "p2": C}
     flt = ProbeFilter("me", peers, KEY)
     io = ProbeIO(sock, node_id("me"), [(node_id(n), ip) for n, ip in peers.items()], 7701, 72,
-                 KEY, seq=0, pair_seq=0, rate=20.0, seed=4, convert=None)
+                 KEY, seq=0, pair_seq=0, rate=20.0, per_send=0, seed=4, convert=None)
 
     def probe(seq, src="p1", dst="me", idx=0, key=KEY, size=72):
         return encode(Probe(node_id(src), node_id(dst), seq, 3, idx, 5), key, size)
@@ -231,7 +257,7 @@ def test_validation_counts_what_probefilter_counts():
         assert set(io.rejects()) == set(REASONS) - {"unexpected_auth"}
         assert io.counters.probes_rx == flt.accepted
         noauth = ProbeIO(sock, node_id("me"), [(node_id("p1"), B)], 7701, 56, None, seq=0,
-                         pair_seq=0, rate=20.0, seed=5, convert=None)
+                         pair_seq=0, rate=20.0, per_send=0, seed=5, convert=None)
         assert noauth.check(good, B) == -1 and noauth.rejects() == {"unexpected_auth": 1}
         noauth.close()
     finally:
