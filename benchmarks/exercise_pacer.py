@@ -24,6 +24,9 @@ from session.session import Session
 
 RIGHT = "threshold_us: 2000\nmax_hold_us: 20000\nprobe_us: 2000\n"
 """The pacer's own rules at the exercise's scale (docs/exercises.md)."""
+ACK_PACED = RIGHT + "window_clamp: true\nthreshold_from: base\nack_pace: 0.9\n"
+"""The same with the receivers' window clamp, T from the base OWD and their pure ACKs paced
+(docs/how-it-works/pacer-datapath.md)."""
 
 
 def main() -> None:
@@ -32,7 +35,8 @@ def main() -> None:
     args = ap.parse_args()
     setLogLevel("error")
     ex = exercise.load_exercise("pacer")
-    answers = {"On-Ramp as published (the template)": ex.answer, "the pacer's own": RIGHT}
+    answers = {"On-Ramp as published (the template)": ex.answer, "the pacer's own": RIGHT,
+               "the pacer's own, ACK-paced": ACK_PACED}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
@@ -49,8 +53,9 @@ def main() -> None:
                 v = exercise.judge(ex, answer, rec, results)
                 jobs = {j["name"]: j for j in results["jobs"]}
                 paced = [j["fabric_drops"] for n, j in jobs.items() if n.startswith("paced")]
+                where = [j.get("drops_by_link") for n, j in jobs.items() if n.startswith("paced")]
                 runs[name].append({"passed": v.passed, "unpaced": jobs["unpaced"]["fabric_drops"],
-                                   "paced": paced,
+                                   "paced": paced, "paced_where": where,
                                    "errors": [j["error"] for j in jobs.values() if j["error"]],
                                    "saturated": bool((v.fidelity or {}).get("saturated"))})
                 print(f"round {r + 1} {name}: {'PASSED' if v.passed else 'NOT YET'}; "

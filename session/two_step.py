@@ -80,12 +80,13 @@ def run_step(lab: Lab, mesh: AgentMesh, spec: JobSpec, pacer: PacerSpec, step: t
         vms = entry["vms"] = list(vms_for(policy))
         progress(f"two_step {name}: {spec.collective} on {' '.join(vms)}, pacer {mode}"
                  + (f", {cc}" if cc else ""))
-        before = count_drops()
         config = spec.config().model_copy(update={"cc": cc} if cc else {})
-        with job_edge(lab, mesh, vms, mode, edge) as sensed:
+        with job_edge(lab, mesh, vms, mode, edge) as sensed:  # drops while the step runs
+            before = count_drops()
             job = jobs.run(lab, step_job_name(spec.name, name), config, vms)
+            dropped = count_drops() - before
         entry.update(completion_s=job["completion_s"], verified=job["verified"],
-                     error=job["error"], fabric_drops=count_drops() - before,
+                     error=job["error"], fabric_drops=dropped,
                      retransmits=sensed.retransmits, rtos=sensed.rtos,
                      owd_p99_us=sensed.owd_p99_us, probes_lost=sensed.probes_lost)
         if mode == "pace" and datapath is None:

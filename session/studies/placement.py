@@ -62,10 +62,12 @@ class Placement(Study):
         try:
             vms = vms or s.choose(spec)
             s.progress(f"job {spec.name}: {spec.collective} on {' '.join(vms)}")
-            before = s.call(incast.drops, s.lab)
+            # drops while the job runs, its pacers up: their start and stop (a qdisc
+            # grafted on the guest's vNIC drops what it sends meanwhile) are not the job's
             with job_edge(s.lab, s.mesh, vms, spec.pacer, s.sc.pacer) as sensed:
+                before = s.call(incast.drops, s.lab)
                 entry = jobs.run(s.lab, spec.name, spec.config(), vms)
-            after = s.call(incast.drops, s.lab)
+                after = s.call(incast.drops, s.lab)
         except (LabError, ValueError) as e:
             return {"name": spec.name, "collective": spec.collective, "error": str(e),
                     "verified": False, "completion_s": None}
