@@ -6,7 +6,8 @@ side by side in one run: N agent processes and a coordinator on loopback (no lab
                                               [--seconds 20] [--rounds 3]
 
 This tree's agent has its datagram path and its loop compiled (``agents/probeio.py``; ``make
-setup`` builds it): one wake-up per burst of pairs, Python once per report. ``--before
+setup`` builds it): one wake-up per send of up to ``--per-send`` pairs (a round of pairs to
+every peer, spread over the round), Python once per report. ``--before
 3cb2827`` runs the agent that called C once per 20 ms tick from Python beside it (built from
 its own tree), ``--before 6c96ee9`` the last one that did everything in Python.
 

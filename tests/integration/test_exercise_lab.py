@@ -54,8 +54,8 @@ def test_colocated_start_then_check(tmp_path, capsys):
 
 def test_pacer_start_then_check(tmp_path):
     """``pacer`` started and checked with the pacer's own rules, the check a lab of its own
-    running the Gather unpaced and twice paced: the better paced run drops at least 95 % fewer
-    packets than the unpaced one, judged unless the check's lab ran saturated. That the
+    running the Gather unpaced and twice paced: the better paced run drops nothing where the
+    unpaced one overflowed, judged unless the check's lab ran saturated. That the
     template (On-Ramp's rule as published) fails is the exercise's claim measured by
     ``benchmarks/exercise_pacer.py``; the verdict's rules are unit tests (test_exercise.py)."""
     ex = exercise.load_exercise("pacer")
@@ -66,4 +66,4 @@ def test_pacer_start_then_check(tmp_path):
     right = exercise.check(ex, answer, tmp_path, lab_name="exc_pacer")
     if right.fidelity["saturated"] and not right.passed:
         pytest.skip(f"the check's lab ran saturated: {right.text()}")
-    assert right.passed and "at least 95.0% needed" in right.text(), right.text()
+    assert right.passed and "none allowed" in right.text(), right.text()
