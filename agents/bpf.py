@@ -1,14 +1,21 @@
 """The pacer's kernel datapath (``agents/native/pacer.bpf.c``), loaded with libbpf through ctypes:
-its two tc programs attached to the VM's interface (clsact ingress and egress, direct action),
-its maps pinned in a bpffs directory (one is mounted there if needed), and typed access to them
+its two tc programs attached to the VM's interface (tcx links where the kernel has them, Linux
+6.6+; else the clsact qdisc's ingress and egress, direct action), its maps pinned in a bpffs directory (one is mounted there if needed), and typed access to them
 for the daemon.
 
 ``object_path()`` is the one place that finds the compiled object (compiled at first use into
 nslab's cache: ``agents.native.PACER_BPF``);
 ``Datapath`` loads, attaches, reads and writes, and removes everything it made at ``close``.
 
-Sources: libbpf (``bpf_object__open_file``, ``bpf_tc_hook_create``, ``bpf_tc_attach``:
-tools/lib/bpf/libbpf.h), bpf(2), tc-bpf(8).
+Why tcx first: grafting a qdisc (clsact too) deactivates the device while it is swapped
+(``qdisc_graft`` -> ``dev_deactivate``, net/sched/sch_api.c): whatever the VM sends meanwhile
+meets the noop qdisc and is dropped (the vNIC's ``tx_dropped``). A tcx link (BPF_LINK_CREATE
+with ``BPF_TCX_INGRESS``/``BPF_TCX_EGRESS``) grafts nothing and goes when its file descriptor
+is closed, with this process if need be.
+
+Sources: libbpf (``bpf_object__open_file``, ``bpf_link_create``, ``bpf_tc_hook_create``,
+``bpf_tc_attach``: tools/lib/bpf/libbpf.h, bpf.h), bpf(2), tc-bpf(8), include/uapi/linux/bpf.h
+(Linux 6.6: the tcx attach types).
 """
 from __future__ import annotations
 
@@ -31,6 +38,7 @@ own transit, 2: echo delay at the receiver), buckets per histogram (``bucket_ns`
 UNIT_SHIFT = 13
 """Stamps are in units of 2**13 ns (8.192 us), 16 bits: OWDs up to 400 ms are told apart."""
 _BPF_TC_INGRESS, _BPF_TC_EGRESS = 1, 2
+_BPF_TCX_INGRESS, _BPF_TCX_EGRESS = 46, 47  # enum bpf_attach_type, Linux 6.6
 _HANDLE, _PRIORITY = 0x29, 0x29
 _u64 = ctypes.c_uint64
 _i64 = ctypes.c_int64
@@ -156,6 +164,7 @@ def _libbpf() -> ctypes.CDLL:
                 "bpf_program__fd": (i, [p]), "bpf_map__fd": (i, [p]),
                 "bpf_tc_hook_create": (i, [p]), "bpf_tc_hook_destroy": (i, [p]),
                 "bpf_tc_attach": (i, [p, p]), "bpf_tc_detach": (i, [p, p]),
+                "bpf_link_create": (i, [i, i, i, p]),
                 "bpf_map_update_elem": (i, [i, p, p, _u64]),
                 "bpf_map_lookup_elem": (i, [i, p, p]),
                 "bpf_prog_test_run_opts": (i, [i, p]),
@@ -214,7 +223,8 @@ def mount_bpffs(path: str) -> bool:
 class Datapath:
     """The datapath on interface ``ifname`` of this network namespace, maps pinned in
     ``pin_dir`` (made if missing; a bpffs is mounted there unless it is on one:
-    ``mount_bpffs``).
+    ``mount_bpffs``); ``attach`` says how its programs are attached: ``tcx`` or ``clsact``
+    (module doc).
 
     Raises:
         BpfError: see the class; nothing stays attached or pinned after it.
@@ -228,6 +238,7 @@ class Datapath:
         except OSError as e:
             raise BpfError(f"no interface {ifname!r} in this namespace") from e
         self.lib, self.obj, self.attached, self.pin_dir = lib, None, [], pin_dir.encode()
+        self.links: list[int] = []
         self.mounted = mount_bpffs(pin_dir)
         try:
             opts = _OpenOpts(ctypes.sizeof(_OpenOpts), None, False, self.pin_dir)
@@ -239,23 +250,47 @@ class Datapath:
                                               f"pinned in {pin_dir}: it must be on a bpffs)")
             self.fds = {m: lib.bpf_map__fd(lib.bpf_object__find_map_by_name(obj, m.encode()))
                         for m in ("cfg", "peers", "dests", "hist", "flows", "act")}
-            self.hook = _TcHook(ctypes.sizeof(_TcHook), self.ifindex,
-                                _BPF_TC_INGRESS | _BPF_TC_EGRESS, 0)
-            rc = lib.bpf_tc_hook_create(ctypes.byref(self.hook))
-            if rc < 0 and rc != -errno.EEXIST:
-                _check(rc, f"creating the clsact qdisc on {ifname}")
-            self.made_hook = rc == 0
-            for prog, point in (("ingress", _BPF_TC_INGRESS), ("egress", _BPF_TC_EGRESS)):
-                fd = lib.bpf_program__fd(lib.bpf_object__find_program_by_name(obj,
-                                                                                prog.encode()))
-                hook = _TcHook(ctypes.sizeof(_TcHook), self.ifindex, point, 0)
-                o = _TcOpts(ctypes.sizeof(_TcOpts), fd, 0, 0, _HANDLE, _PRIORITY)
-                _check(lib.bpf_tc_attach(ctypes.byref(hook), ctypes.byref(o)),
-                       f"attaching the {prog} program to {ifname}")
-                self.attached.append(hook)
+            fds = {prog: lib.bpf_program__fd(lib.bpf_object__find_program_by_name(
+                obj, prog.encode())) for prog in ("ingress", "egress")}
+            self.attach = "tcx" if self._attach_tcx(fds) else "clsact"
+            if self.attach == "clsact":
+                self._attach_clsact(fds, ifname)
         except BpfError:
             self.close()
             raise
+
+    def _attach_tcx(self, fds: dict[str, int]) -> bool:
+        """Both programs as tcx links (``self.links``); False, with nothing attached, where
+        the kernel has no tcx (EINVAL: an attach type it does not know).
+
+        Raises:
+            BpfError: the kernel has tcx and refused a link."""
+        for prog, at in (("ingress", _BPF_TCX_INGRESS), ("egress", _BPF_TCX_EGRESS)):
+            fd = self.lib.bpf_link_create(fds[prog], self.ifindex, at, None)
+            if fd < 0 and not self.links and fd in (-errno.EINVAL, -errno.EOPNOTSUPP):
+                return False
+            _check(fd, f"attaching the {prog} program (tcx)")
+            self.links.append(fd)
+        return True
+
+    def _attach_clsact(self, fds: dict[str, int], ifname: str) -> None:
+        """Both programs on the clsact qdisc (made if missing: ``self.made_hook``).
+
+        Raises:
+            BpfError: tc refused."""
+        lib = self.lib
+        self.hook = _TcHook(ctypes.sizeof(_TcHook), self.ifindex,
+                            _BPF_TC_INGRESS | _BPF_TC_EGRESS, 0)
+        rc = lib.bpf_tc_hook_create(ctypes.byref(self.hook))
+        if rc < 0 and rc != -errno.EEXIST:
+            _check(rc, f"creating the clsact qdisc on {ifname}")
+        self.made_hook = rc == 0
+        for prog, point in (("ingress", _BPF_TC_INGRESS), ("egress", _BPF_TC_EGRESS)):
+            hook = _TcHook(ctypes.sizeof(_TcHook), self.ifindex, point, 0)
+            o = _TcOpts(ctypes.sizeof(_TcOpts), fds[prog], 0, 0, _HANDLE, _PRIORITY)
+            _check(lib.bpf_tc_attach(ctypes.byref(hook), ctypes.byref(o)),
+                   f"attaching the {prog} program to {ifname}")
+            self.attached.append(hook)
 
     # -- maps ----------------------------------------------------------------------------
     def lookup(self, m: str, key: ctypes._CData, value: ctypes.Structure) -> ctypes.Structure:
@@ -320,9 +355,12 @@ class Datapath:
         return o.retval, buf_out.raw[:o.data_size_out]
 
     def close(self) -> None:
-        """Detach both programs, remove the clsact qdisc if this made it, unpin the maps and
-        free the object. Safe to call twice."""
+        """Detach both programs (close their tcx links, or detach them from clsact and remove
+        the qdisc if this made it), unpin the maps and free the object. Safe to call twice."""
         lib = self.lib
+        for fd in self.links:
+            os.close(fd)
+        self.links = []
         for hook in self.attached:
             o = _TcOpts(ctypes.sizeof(_TcOpts), 0, 0, 0, _HANDLE, _PRIORITY)
             lib.bpf_tc_detach(ctypes.byref(hook), ctypes.byref(o))

@@ -196,6 +196,7 @@ class BpfPacer(PacerBase):
         if len(self.names) > 256:
             raise BpfError(f"{len(self.names)} peers: the datapath keeps 256")
         self.dp = Datapath(cfg.ifname, cfg.pin_dir)
+        self.note = f" (programs on {self.dp.attach})"
         try:
             self.hold = self._choose_hold(cfg.hold) if cfg.mode == "pace" else "none"
             self.mtu = interface_mtu(cfg.ifname)

@@ -102,8 +102,9 @@ def test_session_profiles_plans_and_runs_a_set_in_each_mode(tmp_path):
     classes = [e.params for e in doc.truth.faults if e.kind == "classes"]
     assert classes == [{"dscp": [8, 16], "share": [0.05, 0.05], "prio": [0, 1]},
                        {"dscp": [], "share": [], "prio": []}], classes
-    # on its slots, a job's iteration is about its slot (it waits out the rest); an iteration
-    # after one that started late in its slot is shorter by that lateness (seen in two
-    # fresh-clone runs: b's p50 0.089 s on 0.1 s slots, its p99 0.39 s)
-    synced = cs.modes["shifted_synced"].jobs
-    assert all(synced[n].p50_s >= 0.85 * cs.slots_s[n] for n in "ab"), (synced, cs.slots_s)
+    # on its slots, an iteration ends at its slot's end (it waits out the rest), so a job's 5
+    # iterations add up to 5 slots less the first one's lateness (under one slot): their mean
+    # is at least 4/5 of the slot, whatever single iterations a late start shortened
+    synced = cs.modes["shifted_synced"]
+    least = sum(4 * cs.slots_s[n] for n in "ab") / 10
+    assert synced.mean_iteration_s >= least, (synced, cs.slots_s)

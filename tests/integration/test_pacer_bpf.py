@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from topo import LeafSpine
 
 DATAPATH = r"""
@@ -25,7 +27,7 @@ d.set_cfg(Cfg(k0=k, ref0=k + skew_ns, ppb=0, synced=1, pace=1, threshold_ns=thre
               ps_per_byte=80, burst_ns=250_000))
 d.set_peer(peer, 0, True)
 net0 = netstat()
-print("ready", flush=True)
+print("ready", d.attach, flush=True)
 sys.stdin.readline()
 x = d.dest(0)
 out = {f: getattr(x, f) for f, _ in x._fields_}
@@ -40,7 +42,8 @@ def _start(vm, peer, pins, skew_ns, threshold_ns):
     p = vm.popen([sys.executable, "-c", DATAPATH, vm.defaultIntf().name, pins, peer.IP(),
                   str(skew_ns), str(threshold_ns)], stdin=subprocess.PIPE,
                  stdout=subprocess.PIPE, text=True)
-    assert p.stdout.readline().strip() == "ready"
+    ready, p.attach = p.stdout.readline().split()
+    assert ready == "ready"
     return p
 
 
@@ -66,7 +69,11 @@ def test_datapath_measures_each_segments_owd_on_the_given_clocks_echoes_and_hold
     pins = f"/run/nslab/{lab.name}/bpf"
     tx_dp = _start(vm1, vm2, f"{pins}/vm1", 0, 1_000_000)
     rx_dp = _start(vm2, vm1, f"{pins}/vm2", 3_000_000, 1_000_000)
-    assert "bpf" in vm1.cmd("tc filter show dev vm1-eth0 egress")
+    # tcx links where the kernel has them (no qdisc grafted), else the clsact qdisc's hooks
+    if tx_dp.attach == "clsact":
+        assert "bpf" in vm1.cmd("tc filter show dev vm1-eth0 egress")
+    else:
+        assert tx_dp.attach == "tcx" and "clsact" not in vm1.cmd("tc qdisc show dev vm1-eth0")
     bulk = [sys.executable, "-m", "workloads.bulk"]
     rx = vm2.popen(bulk + ["recv", "5401"])
     time.sleep(0.5)
@@ -85,6 +92,41 @@ def test_datapath_measures_each_segments_owd_on_the_given_clocks_echoes_and_hold
         intf = vm.defaultIntf().name
         assert "clsact" not in vm.cmd(f"tc qdisc show dev {intf}")
         assert vm.cmd(f"ls {pins}/{vm.name} 2>/dev/null").strip() == ""
+
+
+UDP = r"""
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    s.sendto(bytes(100), (sys.argv[1], 9))
+    time.sleep(0.0002)
+"""
+
+
+def test_attaching_and_detaching_drops_nothing_the_vm_sends(nslab_lab):
+    """vm1 sends a datagram every 0.2 ms while its datapath is attached and detached three
+    times: as tcx links nothing is grafted on its vNIC, so nothing it sends is dropped (a
+    qdisc graft deactivates the device and drops what meets it: agents.bpf). On a kernel
+    without tcx the datapath takes clsact, and the test says so and stops."""
+    lab = nslab_lab(LeafSpine(spines=1, leaves=1, vms_per_leaf=2, host_bw=100, host_queue=1000),
+                    name="bpf_attach")
+    vm1, vm2 = lab["vm1"], lab["vm2"]
+    before = vm1.link_stats("vm1-eth0")
+    udp = vm1.popen([sys.executable, "-c", UDP, vm2.IP(), "30"])
+    try:
+        for _ in range(3):
+            dp = _start(vm1, vm2, f"/run/nslab/{lab.name}/bpf/vm1", 0, 10**9)
+            attach = dp.attach
+            _stop(dp)
+    finally:
+        udp.kill()
+        udp.wait()
+    if attach != "tcx":
+        pytest.skip(f"this kernel has no tcx: the datapath attached with {attach}")
+    after = vm1.link_stats("vm1-eth0")
+    assert after["tx_bytes"] - before["tx_bytes"] > 100 * 1000, (before, after)  # it sent
+    assert after["tx_dropped"] == before["tx_dropped"], (before, after)
 
 
 PACER = [sys.executable, "-m", "agents", "pacer", "--name", "vm1", "--ifname", "vm1-eth0",

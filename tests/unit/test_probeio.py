@@ -159,10 +159,10 @@ def run_rounds(per_send: int, seed: int) -> tuple[list[list[tuple[bytes, int]]],
         got = [kernel_rx(s) for s in socks[:3]]
         with pytest.raises(BlockingIOError):  # the inactive peer got nothing
             socks[3].recv(2048)
-        rounds = len(got[0]) // 2
         seqs = [[decode(d, None).seq for d, _ in g] for g in got]
-        assert [len(s) for s in seqs] == [2 * rounds] * 3 and 20 <= rounds <= 81
-        assert sorted(sum(seqs, [])) == list(range(6 * rounds))  # one pair each per round
+        rounds = min(len(s) for s in seqs) // 2  # the last may have ended part-sent
+        assert all(2 * rounds <= len(s) <= 2 * rounds + 2 for s in seqs) and 20 <= rounds <= 81
+        assert sorted(sum(seqs, [])) == list(range(sum(map(len, seqs))))  # a pair each a round
         return got, rounds
     finally:
         io.close()
