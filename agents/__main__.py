@@ -343,6 +343,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _kernel_only(args) -> list[str]:
+    """The kernel datapath's own settings given other than their defaults, as options: the
+    probe datapath has none of them."""
+    given = {"--hold": (args.hold, PD.HOLD), "--quantum-us": (args.quantum_us, PD.QUANTUM_US),
+             "--threshold-from": (args.threshold_from, PD.THRESHOLD_FROM),
+             "--window-clamp": (args.window_clamp, PD.WINDOW_CLAMP),
+             "--window-queue": (args.window_queue, PD.WINDOW_QUEUE),
+             "--ack-pace": (args.ack_pace, PD.ACK_PACE)}
+    return [f"{k} {v}" for k, (v, d) in given.items() if v != d]
+
+
 def _pacer(parser: argparse.ArgumentParser, args) -> int:
     from pyroute2.netlink.exceptions import NetlinkError
 
@@ -375,6 +386,10 @@ def _pacer(parser: argparse.ArgumentParser, args) -> int:
                 pacer.note = f"; datapath probe: the kernel datapath failed: {e}"
         else:
             pacer = Pacer(cfg)
+        if pacer.datapath == "probe" and (unused := _kernel_only(args)):
+            log.warning("datapath probe: %s apply to the kernel datapath only: not used",
+                        ", ".join(unused))
+            pacer.note += f"; not used on the probe datapath: {', '.join(unused)}"
     except BpfError as e:
         log.error("%s", e)
         return 1

@@ -36,3 +36,13 @@ def test_on_off_switches_parse_both_ways():
     assert (off.predict, off.fresh, off.spread) == (False, False, True)
     on = p.parse_args(REQUIRED + ["--predict", "--fresh", "--no-spread"])
     assert (on.predict, on.fresh, on.spread) == (True, True, False)
+
+
+def test_the_kernel_datapaths_settings_given_are_named_for_the_probe_datapath():
+    from agents.__main__ import _kernel_only
+    p = build_parser()
+    assert _kernel_only(p.parse_args(REQUIRED + ["--datapath", "probe"])) == []
+    given = p.parse_args(REQUIRED + ["--datapath", "probe", "--window-clamp", "--ack-pace",
+                                     "0.9", "--threshold-from", "base"])
+    assert _kernel_only(given) == ["--threshold-from base", "--window-clamp True",
+                                   "--ack-pace 0.9"]
