@@ -26,6 +26,9 @@ class TwoStepStep(Model):
     completion_s: float | None = Field(description="the job's completion, s (VM clocks)")
     fabric_drops: int | None = Field(description="queue drops on every fabric and VM link "
                                                  "during the step, packets (the truth)")
+    drops_by_round: list[int | None] | None = Field(
+        None, description="fabric_drops of this step in each round, with repeat above 1 (the "
+        "step's other fields are the first round's; null with one round)")
     probes_lost: int | None = Field(None, description="the pacers' own OWD probes between the "
                                     "job's VMs that never came back: part of fabric_drops")
     retransmits: int | None = Field(description="TCP segments retransmitted in the job's "
@@ -95,6 +98,8 @@ def report_lines(doc) -> list[str]:
             continue
         owd = f"{st.owd_p99_us:.0f} us" if st.owd_p99_us is not None else "-"
         probes = f" ({st.probes_lost} probes)" if st.probes_lost is not None else ""
+        if st.drops_by_round:
+            probes += " [rounds " + " ".join(str(d) for d in st.drops_by_round) + "]"
         lines.append(f"    {st.name:12s} {st.completion_s:7.3f} s  drops {st.fabric_drops:5d}"
                      f"{probes}  "
                      f"retrans {st.retransmits if st.retransmits is not None else '-':>5}  "

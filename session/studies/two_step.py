@@ -19,6 +19,7 @@ class TwoStep(Study):
         self.reports: dict = {}
         self.chosen: dict[str, list[str]] = {}
         self.samples: dict[str, list[float | None]] = {}
+        self.drops: dict[str, list[int | None]] = {}
         self.saturated: dict[str, list[bool]] = {}
 
     @staticmethod
@@ -48,6 +49,7 @@ class TwoStep(Study):
                     s.lab, s.mesh, spec, s.sc.pacer, step, self._vms_for,
                     lambda: s.call(two_step.drops, s.lab), s.progress)
                 self.samples.setdefault(entry["name"], []).append(entry["completion_s"])
+                self.drops.setdefault(entry["name"], []).append(entry["fabric_drops"])
                 self.saturated.setdefault(entry["name"], []).append(
                     bool(s.sampler.saturated_between(t0, time.time_ns())))
                 if entry["name"] == "aware_paced" and reports:
@@ -59,7 +61,9 @@ class TwoStep(Study):
         if not self.live:
             return
         s = self.session
-        out["two_step"] = two_step.section(s.sc.two_step.job, self.live)
+        steps = [{**e, "drops_by_round": self.drops[e["name"]]}
+                 if len(self.drops.get(e["name"], [])) > 1 else e for e in self.live]
+        out["two_step"] = two_step.section(s.sc.two_step.job, steps)
         out["pacer"] = {**s.sc.pacer.model_dump(),
                         "reports": {k: r.model_dump() for k, r in self.reports.items()}}
         out.setdefault("comparisons", []).extend(self.comparisons())

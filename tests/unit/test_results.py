@@ -318,6 +318,9 @@ def test_two_step_and_pacer_sections(doc):
     naive = res.two_step.steps[0]
     assert f"naive          {naive.completion_s:.3f} s  drops  {naive.fabric_drops}" in text
     assert "aware_cubic  ERROR" in text
+    rounds = copy.deepcopy(doc)  # with repeat 3: each round's drops beside the first's
+    rounds["two_step"]["steps"][2]["drops_by_round"] = [0, 4, 0]
+    assert f"drops {res.two_step.steps[2].fabric_drops:5d} [rounds 0 4 0]" in T.report(rounds)
     assert (f"aware {res.two_step.ratios['aware']} (seed 0.92), aware_paced "
             f"{res.two_step.ratios['aware_paced']} (seed 0.74)") in text
     bad = copy.deepcopy(doc)
