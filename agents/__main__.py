@@ -151,7 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="re-draw period of the random peer subset, s")
     a.add_argument("--size", type=int, default=0,
                    help="probe UDP payload bytes (0: minimal, 56, or 72 with --key)")
-    a.add_argument("--report", type=_positive, default=0.5, help="report period, s")
+    a.add_argument("--report", type=_positive, default=0.5,
+                   help="report period, s (each drawn in [0.5, 1.5] x it, so that agents "
+                        "started together do not report together)")
+    a.add_argument("--report-mbit", type=_nonnegative, default=2.0,
+                   help="the report connection's pacing rate, Mbit/s (SO_MAX_PACING_RATE: "
+                        "TCP spreads a report's segments at it instead of sending a window "
+                        "at once into the coordinator's link; 0: unpaced)")
     a.add_argument("--seed", type=int, default=None, help="seed of peer choice and jitter")
 
     c = sub.add_parser(
@@ -303,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
             cfg = AgentConfig(name=args.name, bind=args.bind, peers=args.peers,
                               coordinator=args.coordinator, port=args.port, rate=args.rate,
                               burst_rate=args.burst_rate, burst_s=args.burst,
-                              per_send=args.per_send, key=key, window_s=args.window, max_peers=args.max_peers,
+                              per_send=args.per_send, report_mbit=args.report_mbit, key=key, window_s=args.window, max_peers=args.max_peers,
                               size=args.size, redraw_s=args.redraw, report_s=args.report,
                               seed=args.seed)
             if args.size and not 0 <= args.size <= 1472:

@@ -28,8 +28,12 @@ What it does (Huygens, Geng et al., NSDI 2018, with kernel software timestamps):
   it during the last two windows, so each probed pair has both directions (the fit needs
   both).
 * Reports go to the coordinator over TCP as JSON lines (``API.md``, "Agent reports"), every
-  ``report_s``, their records packed (``contracts.messages.PackedRecords``, grouped by the
-  compiled side: no Python per record). The connection is re-established with exponential
+  ``report_s`` on average (each period drawn in [0.5, 1.5] x it) on a connection paced at
+  ``report_mbit`` (``SO_MAX_PACING_RATE``, socket(7)): every agent's report arrives at the
+  coordinator's VM, and agents started together would otherwise send theirs together, a
+  window each, an incast on its link. Their records are packed
+  (``contracts.messages.PackedRecords``, grouped by the compiled side: no Python per record).
+  The connection is re-established with exponential
   backoff (0.2 s .. 5 s, jittered). Records wait in a bounded buffer: when full, the oldest
   are dropped and counted (``records_dropped``).
 * Received datagrams are validated as ``agents.probe.ProbeFilter`` does; rejects are counted
@@ -63,6 +67,7 @@ log = logging.getLogger("agents.agent")
 
 # Linux socket API (include/uapi/asm-generic/socket.h, linux/net_tstamp.h, linux/errqueue.h)
 SO_TIMESTAMPING = 37              # SO_TIMESTAMPING_OLD: struct timespec[3] (native longs)
+SO_MAX_PACING_RATE = 47           # bytes/s (asm-generic/socket.h; socket(7))
 SOF_TIMESTAMPING_TX_SOFTWARE = 1 << 1
 SOF_TIMESTAMPING_RX_SOFTWARE = 1 << 3
 SOF_TIMESTAMPING_SOFTWARE = 1 << 4
@@ -154,7 +159,11 @@ class AgentConfig:
         max_peers: size of the random peer subset.
         size: probe datagram size in bytes (0: minimal, 56 or 72 with a key).
         redraw_s: re-draw period of the peer subset, s.
-        report_s: report period, s.
+        report_s: report period, s (each drawn in [0.5, 1.5] x it, so that agents started
+            together do not report together).
+        report_mbit: the report connection's pacing rate, Mbit/s (``SO_MAX_PACING_RATE``:
+            TCP spreads a report's segments at it, where it would send a window at once;
+            0: unpaced).
         max_records: bound of the record buffer while the coordinator is away.
         seed: seed of the peer choice and send jitter (None: from the name and the time).
     """
@@ -174,6 +183,7 @@ class AgentConfig:
     size: int = 0
     redraw_s: float = 60.0
     report_s: float = 0.5
+    report_mbit: float = 2.0
     max_records: int = 50_000
     seed: int | None = None
 
@@ -280,16 +290,17 @@ class Agent:
         self.reporter.due.set()
 
     def _span(self, now: float) -> float:
-        """The compiled loop's next span, s: a report period, or what is left of the
+        """The compiled loop's next span, s: a report period (drawn), or what is left of the
         start-up burst (then the steady rate from its end on)."""
         cfg = self.cfg
+        period = cfg.report_s * self.rng.uniform(0.5, 1.5)
         if self.burst_end is None:
-            return cfg.report_s
+            return period
         if now < self.burst_end:
-            return min(cfg.report_s, self.burst_end - now)
+            return min(period, self.burst_end - now)
         self.io.rate(cfg.rate)
         self.burst_end = None
-        return cfg.report_s
+        return period
 
     def run(self, stop: threading.Event) -> None:
         """Probe, receive and report until ``stop`` is set; closes the socket on return.
@@ -448,6 +459,9 @@ class Reporter(threading.Thread):
             log.info("connected to coordinator %s:%d", host, port)
             try:
                 sock.settimeout(2.0)
+                if self.agent.cfg.report_mbit:
+                    sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE,
+                                    int(self.agent.cfg.report_mbit * 1e6 / 8))
                 sock.sendall(self.agent.hello().model_dump_json().encode() + b"\n")
                 while self._wait():
                     # the coordinator never writes: readable means closed (or reset)
