@@ -53,6 +53,7 @@ import socket
 import struct
 import threading
 import time
+import zlib
 from collections import Counter, deque
 from dataclasses import dataclass
 
@@ -421,7 +422,8 @@ class Reporter(threading.Thread):
             msg = Report(name=a.cfg.name, t_ns=t_ns if last else None,
                          rx_packed=PackedRecords(senders=[a.names[k] for k in kept],
                                                  counts=[counts[k] for k in kept],
-                                                 records=packed),
+                                                 records=zlib.compress(packed, 1),
+                                                 encoding="zlib"),
                          stats=a.stats() if last else None)
             lines.append((msg.model_dump_json().encode() + b"\n", len(part) // Record.size))
         for data, n in lines:

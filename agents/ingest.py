@@ -23,6 +23,7 @@ Not thread-safe: the coordinator holds its lock around every call.
 from __future__ import annotations
 
 import time
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import chain
@@ -200,13 +201,23 @@ class Inbox:
         return arr
 
     def _unpack(self, packed: PackedRecords) -> np.ndarray | None:
-        """``Report.rx_packed`` as an (n, 4) int64 array; records that are not
-        ``sum(counts)`` records of ``senders`` (``contracts.messages.pack_records``) are counted
+        """``Report.rx_packed`` as an (n, 4) int64 array (decompressed first when its
+        ``encoding`` is zlib); records that are not ``sum(counts)`` records of ``senders``
+        (``contracts.messages.pack_records``), or a zlib stream that does not hold exactly
+        them, are counted
         in ``bad_records`` as the records their length would hold (at least one) and left out
         (None)."""
-        raw = packed.records
+        raw, size = packed.records, sum(packed.counts) * RECORD.size
+        if packed.encoding == "zlib":
+            try:  # at most the size the counts give, so a small line cannot expand unbounded
+                z = zlib.decompressobj()
+                raw = z.decompress(raw, size + 1) if size >= 0 else b""
+                if not z.eof:
+                    raw = b""
+            except zlib.error:
+                raw = b""
         if (len(packed.counts) != len(packed.senders) or min(packed.counts, default=0) < 0
-                or len(raw) != sum(packed.counts) * RECORD.size):
+                or len(raw) != size):
             self.counters["bad_records"] += max(1, len(raw) // RECORD.size)
             return None
         return np.frombuffer(raw, dtype="<i8").reshape(-1, 4).astype(np.int64, copy=False)

@@ -140,9 +140,12 @@ class PackedRecords(_AgentWire):
     records: bytes
     """``sum(counts)`` records of 32 bytes (``RECORD``), each four little-endian int64
     ``pair_id, idx, tx_ns, rx_ns``: ``tx_ns`` on the sender's VM clock, ``rx_ns`` on this
-    VM's clock. In JSON: base64 (RFC 4648; written in the URL-safe alphabet with padding,
-    read in either alphabet, padded or not); a line whose ``records`` is not base64 is
-    rejected."""
+    VM's clock; compressed as ``encoding`` says. In JSON: base64 (RFC 4648; written in the
+    URL-safe alphabet with padding, read in either alphabet, padded or not); a line whose
+    ``records`` is not base64 is rejected."""
+    encoding: Literal["raw", "zlib"] = "raw"
+    """``raw``: the records as they are; ``zlib``: compressed (RFC 1950), about a third of
+    the bytes on the coordinator's link."""
 
 
 def pack_records(by_sender: Mapping[str, Sequence[int]]) -> PackedRecords:

@@ -6,6 +6,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
+import zlib
 
 import numpy as np
 import pytest
@@ -339,6 +340,25 @@ def test_tcp_reports_and_http_api():
         assert e.value.code == 404
     finally:
         svc.stop()
+
+
+def test_zlib_records_read_as_the_raw_ones_and_a_bad_stream_counts():
+    """The agent's zlib-compressed records (``encoding: zlib``) read as the same records raw;
+    a stream that is not zlib, or holds more or fewer bytes than its counts give, is skipped,
+    counted as the whole records it holds (at least one), and never decompressed past that
+    size."""
+    raw = pack_records({"vm1": [1, 0, 10, 20, 1, 1, 11, 21], "vm3": [2, 0, 10, 20]})
+    z = raw.model_copy(update={"records": zlib.compress(raw.records), "encoding": "zlib"})
+    line = json.loads(Report(name="vm2", t_ns=5, rx_packed=z).model_dump_json())
+    assert line["rx_packed"]["encoding"] == "zlib"
+    inbox = Coordinator().inbox
+    assert np.array_equal(inbox._unpack(parse_message(json.dumps(line)).rx_packed),
+                          inbox._unpack(raw))
+    bomb = zlib.compress(bytes(10**6))  # a megabyte of zeros in about 1 kB
+    for bad in (b"not zlib", zlib.compress(raw.records[:-32]), zlib.compress(raw.records * 2),
+                bomb):
+        assert inbox._unpack(z.model_copy(update={"records": bad})) is None
+    assert inbox.counters["bad_records"] == 1 + 2 + 1 + 1  # the short one holds 2 records
 
 
 def test_latest_run_keeps_each_vms_last_continuous_offsets():
