@@ -309,7 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             cfg = AgentConfig(name=args.name, bind=args.bind, peers=args.peers,
                               coordinator=args.coordinator, port=args.port, rate=args.rate,
                               burst_rate=args.burst_rate, burst_s=args.burst,
-                              per_send=args.per_send, report_mbit=args.report_mbit, key=key, window_s=args.window, max_peers=args.max_peers,
+                              per_send=args.per_send, report_mbit=args.report_mbit, key=key,
+                              window_s=args.window, max_peers=args.max_peers,
                               size=args.size, redraw_s=args.redraw, report_s=args.report,
                               seed=args.seed)
             if args.size and not 0 <= args.size <= 1472:

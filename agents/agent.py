@@ -310,7 +310,8 @@ class Agent:
         then drains the error queue and the receive queue: the kernel stamped every datagram
         on arrival, so reading it later changes no timestamp. It returns once per report
         period (or at a signal); each return wakes the reporter. One wake-up per send of
-        ``per_send`` pairs instead of per peer's pair, and Python once per report instead of once per 20 ms
+        ``per_send`` pairs instead of per peer's pair, and Python once per report instead of
+        once per 20 ms
         tick, took the agent from 2.1 % to 0.8 % of a core at 7 peers x 20 pairs/s
         (``benchmarks/agent_cost.py``).
         """

@@ -1,7 +1,7 @@
 """The pacer's kernel datapath (``agents/native/pacer.bpf.c``), loaded with libbpf through ctypes:
 its two tc programs attached to the VM's interface (tcx links where the kernel has them, Linux
-6.6+; else the clsact qdisc's ingress and egress, direct action), its maps pinned in a bpffs directory (one is mounted there if needed), and typed access to them
-for the daemon.
+6.6+; else the clsact qdisc's ingress and egress, direct action), its maps pinned in a bpffs
+directory (one is mounted there if needed), and typed access to them for the daemon.
 
 ``object_path()`` is the one place that finds the compiled object (compiled at first use into
 nslab's cache: ``agents.native.PACER_BPF``);

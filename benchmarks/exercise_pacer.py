@@ -1,13 +1,14 @@
 """The pacer exercise's two claims, measured through its own check: the answer it starts from
 (On-Ramp's rule as published, the exercise's ``answer`` template) fails, and the pacer's own
-rules (the docs' answer) pass, alone and with the receivers' window clamp and ACK pacing. Each round is one ``nslab exercise check`` of each answer, each
-check a lab of its own running the Gather unpaced and then ``paced_runs`` times paced.
+rules (the docs' answer) pass, alone and with the receivers' window clamp and ACK pacing.
+Each round is one ``nslab exercise check`` of each answer, each check a lab of its own running
+the Gather unpaced and then ``paced_runs`` times paced.
 
     sudo .venv/bin/python benchmarks/exercise_pacer.py [--rounds 3]
 
 Per answer: the rounds it passed; per round the unpaced drops against the best paced run's
-(None: a run failed, its error kept in the data; the data keep each paced run's by link), and whether the check's lab was saturated
-(``lab.fidelity``).
+(None: a run failed, its error kept in the data; the data keep each paced run's by link), and
+whether the check's lab was saturated (``lab.fidelity``).
 """
 from __future__ import annotations
 

@@ -2,9 +2,9 @@
 agents.probeio) on real loopback sockets with real kernel timestamps, no root: the probes it
 sends decode with ``agents.probe.decode`` (the documented wire format) and carry the kernel TX
 stamps of the previous pair; every round sends a pair to each active peer and to no other, in
-a random order, in sends spread over the round; the records it emits have the right peer, pair, index and stamps and are
-packed for reports peer by peer as the wire contract says; its validation counts exactly what
-``ProbeFilter`` counts, reason by reason."""
+a random order, in sends spread over the round; the records it emits have the right peer,
+pair, index and stamps and are packed for reports peer by peer as the wire contract says; its
+validation counts exactly what ``ProbeFilter`` counts, reason by reason."""
 import socket
 import time
 from dataclasses import replace
