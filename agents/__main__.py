@@ -14,6 +14,7 @@ import threading
 import zlib
 
 from agents import pacer_defaults as PD
+from agents.agent import AgentConfig as AC
 
 __all__ = ["main"]
 
@@ -122,39 +123,39 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the other VMs as NAME=IP,NAME=IP,... (all on the same --port)")
     a.add_argument("--coordinator", required=True, type=_hostport,
                    help="the coordinator's report listener HOST:PORT")
-    a.add_argument("--port", type=_port, default=7701, help="UDP probe port of every agent")
-    a.add_argument("--rate", type=_positive, default=20.0,
+    a.add_argument("--port", type=_port, default=AC.port, help="UDP probe port of every agent")
+    a.add_argument("--rate", type=_positive, default=AC.rate,
                    help="coded probe pairs per second per active peer")
-    a.add_argument("--per-send", type=_count, default=4,
+    a.add_argument("--per-send", type=_count, default=AC.per_send,
                    help="the most pairs sent together (0: a pair to every active peer at "
                         "once): each 1/--rate s round is split into sends of this many pairs, "
                         "spread evenly over it, so this VM's own NIC queue holds at most "
                         "2 x --per-send of its probes (a whole round at once overflows a "
                         "shallow queue at a low line rate)")
-    a.add_argument("--burst-rate", type=_positive, default=100.0,
+    a.add_argument("--burst-rate", type=_positive, default=AC.burst_rate,
                    help="coded probe pairs per second per active peer during the start-up "
                         "burst (chrony's iburst): the pairs' round-trip floors are learnt "
                         "before a queue stands")
-    a.add_argument("--burst", type=_nonnegative, default=1.0,
+    a.add_argument("--burst", type=_nonnegative, default=AC.burst_s,
                    help="start-up burst length, s (0: none); it adds (--burst-rate - --rate) "
                         "x --burst pairs per active peer, once")
     a.add_argument("--key", default=None,
                    help="shared HMAC-SHA256 key in hex (>= 16 digits); every agent must "
                         "use the same one; probes without a valid tag are rejected")
-    a.add_argument("--window", type=_positive, default=2.0,
+    a.add_argument("--window", type=_positive, default=AC.window_s,
                    help="estimation window, s (peers that probed this VM in the last two "
                         "windows are probed back)")
-    a.add_argument("--max-peers", type=int, default=16,
+    a.add_argument("--max-peers", type=int, default=AC.max_peers,
                    help="probe a random subset of this many peers (re-drawn every "
                         "--redraw s) when there are more")
-    a.add_argument("--redraw", type=_positive, default=60.0,
+    a.add_argument("--redraw", type=_positive, default=AC.redraw_s,
                    help="re-draw period of the random peer subset, s")
-    a.add_argument("--size", type=int, default=0,
+    a.add_argument("--size", type=int, default=AC.size,
                    help="probe UDP payload bytes (0: minimal, 56, or 72 with --key)")
-    a.add_argument("--report", type=_positive, default=0.5,
+    a.add_argument("--report", type=_positive, default=AC.report_s,
                    help="report period, s (each drawn in [0.5, 1.5] x it, so that agents "
                         "started together do not report together)")
-    a.add_argument("--report-mbit", type=_nonnegative, default=2.0,
+    a.add_argument("--report-mbit", type=_nonnegative, default=AC.report_mbit,
                    help="the report connection's pacing rate, Mbit/s (SO_MAX_PACING_RATE: "
                         "TCP spreads a report's segments at it instead of sending a window "
                         "at once into the coordinator's link; 0: unpaced)")
@@ -350,15 +351,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _kernel_only(args) -> list[str]:
-    """The kernel datapath's own settings given other than their defaults, as options: the
-    probe datapath has none of them."""
-    given = {"--hold": (args.hold, PD.HOLD), "--quantum-us": (args.quantum_us, PD.QUANTUM_US),
-             "--threshold-from": (args.threshold_from, PD.THRESHOLD_FROM),
-             "--window-clamp": (args.window_clamp, PD.WINDOW_CLAMP),
-             "--window-queue": (args.window_queue, PD.WINDOW_QUEUE),
-             "--ack-pace": (args.ack_pace, PD.ACK_PACE)}
-    return [f"{k} {v}" for k, (v, d) in given.items() if v != d]
+ONLY = {"bpf": {"--hold": ("hold", PD.HOLD), "--quantum-us": ("quantum_us", PD.QUANTUM_US),
+                "--threshold-from": ("threshold_from", PD.THRESHOLD_FROM),
+                "--window-clamp": ("window_clamp", PD.WINDOW_CLAMP),
+                "--window-queue": ("window_queue", PD.WINDOW_QUEUE),
+                "--ack-pace": ("ack_pace", PD.ACK_PACE)},
+        "probe": {"--probe-us": ("probe_us", PD.PROBE_US), "--predict": ("predict", PD.PREDICT),
+                  "--fresh": ("fresh", PD.FRESH)}}
+"""The pacer's options that one datapath has and the other has not: option -> (its
+``args`` name, its default)."""
+
+
+def _not_used(args, datapath: str) -> list[str]:
+    """The other datapath's options given other than their defaults, as options: the pacer
+    running on ``datapath`` has none of them."""
+    return [f"{opt} {getattr(args, name)}" for dp, opts in ONLY.items() if dp != datapath
+            for opt, (name, default) in opts.items() if getattr(args, name) != default]
 
 
 def _pacer(parser: argparse.ArgumentParser, args) -> int:
@@ -393,10 +401,10 @@ def _pacer(parser: argparse.ArgumentParser, args) -> int:
                 pacer.note = f"; datapath probe: the kernel datapath failed: {e}"
         else:
             pacer = Pacer(cfg)
-        if pacer.datapath == "probe" and (unused := _kernel_only(args)):
-            log.warning("datapath probe: %s apply to the kernel datapath only: not used",
-                        ", ".join(unused))
-            pacer.note += f"; not used on the probe datapath: {', '.join(unused)}"
+        if unused := _not_used(args, pacer.datapath):
+            log.warning("datapath %s: %s belong to the other datapath: not used",
+                        pacer.datapath, ", ".join(unused))
+            pacer.note += f"; not used on datapath {pacer.datapath}: {', '.join(unused)}"
     except BpfError as e:
         log.error("%s", e)
         return 1

@@ -144,8 +144,8 @@ class PackedRecords(_AgentWire):
     URL-safe alphabet with padding, read in either alphabet, padded or not); a line whose
     ``records`` is not base64 is rejected."""
     encoding: Literal["raw", "zlib"] = "raw"
-    """``raw``: the records as they are; ``zlib``: compressed (RFC 1950), about a third of
-    the bytes on the coordinator's link."""
+    """``raw``: the records as they are; ``zlib``: compressed (RFC 1950; the agent's, for
+    the coordinator VM's link)."""
 
 
 def pack_records(by_sender: Mapping[str, Sequence[int]]) -> PackedRecords:

@@ -549,9 +549,7 @@ static void send_due(struct nsp *h)
     int k = h->per_send && h->per_send < left ? h->per_send : left;
     for (int i = 0; i < k; i += BATCH)
         send_pairs(h, h->order + h->round_pos + i, k - i < BATCH ? k - i : BATCH);
-    h->round_pos += k;
-    if (!h->round_n)        /* no active peer: an empty round */
-        h->round_pos = 1;
+    h->round_pos += k;      /* no active peer: an empty round, a new one at the next send */
 }
 
 /* The peers that get a pair in every round: ``n`` indices into the peer table (a changed set

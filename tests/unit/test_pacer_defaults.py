@@ -38,11 +38,12 @@ def test_on_off_switches_parse_both_ways():
     assert (on.predict, on.fresh, on.spread) == (True, True, False)
 
 
-def test_the_kernel_datapaths_settings_given_are_named_for_the_probe_datapath():
-    from agents.__main__ import _kernel_only
+def test_each_datapaths_own_settings_given_are_named_for_the_other():
+    from agents.__main__ import _not_used
     p = build_parser()
-    assert _kernel_only(p.parse_args(REQUIRED + ["--datapath", "probe"])) == []
-    given = p.parse_args(REQUIRED + ["--datapath", "probe", "--window-clamp", "--ack-pace",
-                                     "0.9", "--threshold-from", "base"])
-    assert _kernel_only(given) == ["--threshold-from base", "--window-clamp True",
-                                   "--ack-pace 0.9"]
+    assert _not_used(p.parse_args(REQUIRED), "bpf") == []
+    given = p.parse_args(REQUIRED + ["--window-clamp", "--ack-pace", "0.9", "--threshold-from",
+                                     "base", "--no-predict", "--probe-us", "2000"])
+    assert _not_used(given, "probe") == ["--threshold-from base", "--window-clamp True",
+                                         "--ack-pace 0.9"]
+    assert _not_used(given, "bpf") == ["--probe-us 2000.0", "--predict False"]
